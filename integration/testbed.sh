@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# braid's network-namespace testbed. Usable as root on any Linux host with iproute2.
+#
+#   testbed.sh up NAME      build the network
+#   testbed.sh start NAME   write a CA, certificates and configs, start both gateways
+#   testbed.sh down NAME    stop everything in the testbed and remove it
+#   testbed.sh deps         install the tools the testbed and its tests use (Debian)
+#
+# Topology (namespaces are NAME-<role>):
+#
+#   cl --lan-- en ==up1== r1 ==== ex --srv-- sv          site "site1"
+#                ==up2== r2 ====                        (N uplinks, one router each)
+#                ==upN== rN ====
+#   c2 --lan-- e2 ==up1== s1 ==== ex                     site "site2" (SITES=2)
+#
+# Each router shapes its uplink both ways with tbf (the bottleneck is remote, as with a
+# real modem) and, where delay or loss is asked for, passes packets through
+# braid-linkemu (this kernel has no netem). Environment knobs, one value per uplink:
+#   RATES="16 32 50"   Mbit/s both ways (0 = unshaped)   UPLINKS defaults to their count
+#   DELAYS="0 0 0"     one-way delay in ms each way       LOSS="0 0 0"  loss % each way
+#   SITES=1|2          whether the second site exists    BUFFER_MS=50  tbf queue length
+#   BRAID=path/to/braid  LINKEMU=path/to/braid-linkemu  (start, and up with delay/loss)
+#   SCHEDULER=round-robin  the entry's scheduler.algorithm
+#
+# Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
+#   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
+#   server LAN 198.18.100.0/24 fd00:100::/64, uplink i 198.19.i.0/24 fd00:19:i::/64,
+#   router i to exit 198.19.(100+i).0/24, exit service address 198.19.200.1 fd00:19:200::1.
+set -euo pipefail
+
+cmd=${1:-}
+name=${2:-braid}
+state=${STATE_DIR:-/tmp/braid-testbed}/$name
+read -r -a rates <<<"${RATES:-16 32 50}"
+uplinks=${UPLINKS:-${#rates[@]}}
+read -r -a delays <<<"${DELAYS:-}"
+read -r -a losses <<<"${LOSS:-}"
+sites=${SITES:-1}
+buffer_ms=${BUFFER_MS:-50}
+
+ns() { echo "$name-$1"; }
+inns() { local n; n=$(ns "$1"); shift; ip netns exec "$n" "$@"; }
+
+veth() { # veth NS_A IF_A NS_B IF_B
+    ip link add name "$2" netns "$(ns "$1")" type veth peer name "$4" netns "$(ns "$3")"
+    inns "$1" ip link set dev "$2" up
+    inns "$3" ip link set dev "$4" up
+}
+
+addr() { inns "$1" ip addr add "$3" dev "$2" ${4:+nodad}; }
+
+new_ns() {
+    ip netns add "$(ns "$1")"
+    inns "$1" ip link set lo up
+    inns "$1" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+        net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+        net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+}
+
+shape() { # shape NS IF MBIT
+    local mbit=$3
+    [ "$mbit" = 0 ] && return 0
+    # Queue of BUFFER_MS at the rate (a modem's buffer), burst of ~2 ms or 16 KB.
+    local bytes_per_ms=$((mbit * 125))
+    local limit=$((bytes_per_ms * buffer_ms)); [ "$limit" -lt 30000 ] && limit=30000
+    local burst=$((bytes_per_ms * 2)); [ "$burst" -lt 16000 ] && burst=16000
+    inns "$1" tc qdisc replace dev "$2" root tbf rate "${mbit}mbit" burst "$burst" limit "$limit"
+}
+
+emulate() { # emulate ROUTER_NS DELAY_MS LOSS_PCT: route both directions through linkemu
+    local r=$1 delay=$2 loss=$3
+    [ "$delay" = 0 ] && [ "$loss" = 0 ] && return 0
+    local emu=${LINKEMU:-$(dirname "${BRAID:-$0}")/braid-linkemu}
+    [ -x "$emu" ] || { echo "error: delay/loss needs braid-linkemu (LINKEMU=$emu)" >&2; exit 1; }
+    for dev in eu ed; do
+        inns "$r" ip tuntap add dev "$dev" mode tun
+        inns "$r" ip link set dev "$dev" up mtu 1500
+    done
+    # Packets arriving from the entry side go through eu, from the exit side through
+    # ed; what linkemu writes back arrives on eu/ed and is routed by the main table.
+    for fam in -4 -6; do
+        inns "$r" ip "$fam" rule add iif a lookup 10 pref 100
+        inns "$r" ip "$fam" rule add iif b lookup 20 pref 101
+        inns "$r" ip "$fam" route add default dev eu table 10
+        inns "$r" ip "$fam" route add default dev ed table 20
+    done
+    inns "$r" sysctl -qw net.ipv4.conf.eu.rp_filter=0 net.ipv4.conf.ed.rp_filter=0
+    inns "$r" "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
+        --dev ed --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
+        >>"$state/linkemu-$r.log" 2>&1 &
+}
+
+router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS
+    local en=$1 i=$2 r=$3 sub=$4 rate=$5 delay=$6 loss=$7
+    new_ns "$r"
+    veth "$en" "up$i" "$r" a
+    veth "$r" b ex "u$sub"
+    addr "$en" "up$i" "198.19.$sub.2/24"; addr "$en" "up$i" "fd00:19:$sub::2/64" nodad
+    addr "$r" a "198.19.$sub.1/24"; addr "$r" a "fd00:19:$sub::1/64" nodad
+    addr "$r" b "198.19.$((100 + sub)).1/24"; addr "$r" b "fd00:19:$((100 + sub))::1/64" nodad
+    addr ex "u$sub" "198.19.$((100 + sub)).2/24"; addr ex "u$sub" "fd00:19:$((100 + sub))::2/64" nodad
+    inns "$r" ip route add 198.19.200.1/32 via "198.19.$((100 + sub)).2"
+    inns "$r" ip -6 route add fd00:19:200::1/128 via "fd00:19:$((100 + sub))::2"
+    inns ex ip route add "198.19.$sub.0/24" via "198.19.$((100 + sub)).1"
+    inns ex ip -6 route add "fd00:19:$sub::/64" via "fd00:19:$((100 + sub))::1"
+    # The entry reaches the exit over every uplink: one route per uplink device, so a
+    # lane socket bound to that device (SO_BINDTODEVICE) finds its own.
+    inns "$en" ip route add 198.19.200.1/32 via "198.19.$sub.1" dev "up$i" metric "$i"
+    inns "$en" ip -6 route add fd00:19:200::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
+    shape "$r" b "$rate"
+    shape "$r" a "$rate"
+    emulate "$r" "$delay" "$loss"
+}
+
+site() { # site CLIENT ENTRY LAN_INDEX
+    local cl=$1 en=$2 k=$3
+    new_ns "$cl"; new_ns "$en"
+    veth "$cl" lan "$en" lan
+    addr "$cl" lan "198.18.$k.2/24"; addr "$cl" lan "fd00:$k::2/64" nodad
+    addr "$en" lan "198.18.$k.1/24"; addr "$en" lan "fd00:$k::1/64" nodad
+    inns "$cl" ip route add default via "198.18.$k.1"
+    inns "$cl" ip -6 route add default via "fd00:$k::1"
+}
+
+up() {
+    down 2>/dev/null || true
+    mkdir -p "$state"
+    new_ns ex; new_ns sv
+    addr ex lo 198.19.200.1/32; addr ex lo fd00:19:200::1/128 nodad
+    veth ex srv sv srv
+    addr ex srv 198.18.100.1/24; addr ex srv fd00:100::1/64 nodad
+    addr sv srv 198.18.100.2/24; addr sv srv fd00:100::2/64 nodad
+    inns sv ip route add default via 198.18.100.1
+    inns sv ip -6 route add default via fd00:100::1
+    site cl en 1
+    for ((i = 1; i <= uplinks; i++)); do
+        router en "$i" "r$i" "$i" "${rates[i - 1]:-0}" "${delays[i - 1]:-0}" "${losses[i - 1]:-0}"
+    done
+    if [ "$sites" = 2 ]; then
+        site c2 e2 2
+        router e2 1 s1 11 0 0 0
+    fi
+    echo "testbed $name is up ($uplinks uplinks, rates ${rates[*]} Mbit/s)"
+}
+
+write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
+    local n=$3
+    {
+        echo "role = \"entry\""
+        echo "site = \"$2\""
+        echo "[tun]"
+        echo "name = \"braid0\""
+        echo "address = [\"198.18.251.$((RANDOM % 200 + 1))/32\", \"fd00:251::1/128\"]"
+        echo "routes = [\"198.18.100.0/24\", \"fd00:100::/64\"]"
+        echo "[tls]"
+        echo "ca = \"ca.pem\""
+        echo "cert = \"$2.pem\""
+        echo "key = \"$2.key\""
+        echo "[exit]"
+        echo "address = \"${EXIT_ADDRESS:-198.19.200.1:4433}\""
+        echo "[scheduler]"
+        echo "algorithm = \"${SCHEDULER:-round-robin}\""
+        echo "[admin]"
+        echo "listen = \"127.0.0.1:9190\""
+        for ((i = 1; i <= n; i++)); do
+            echo "[[uplinks]]"
+            echo "name = \"up$i\""
+            echo "interface = \"up$i\""
+        done
+    } >"$4"
+}
+
+write_exit_config() {
+    cat >"$1" <<CONF
+role = "exit"
+[tun]
+name = "braid0"
+address = ["198.18.252.1/32", "fd00:252::1/128"]
+[tls]
+ca = "ca.pem"
+cert = "exit.pem"
+key = "exit.key"
+[listen]
+address = "[::]:4433"
+[admin]
+listen = "127.0.0.1:9190"
+[[sites]]
+id = "site1"
+prefixes = ["198.18.1.0/24", "fd00:1::/64"]
+[[sites]]
+id = "site2"
+prefixes = ["198.18.2.0/24", "fd00:2::/64"]
+CONF
+}
+
+start() {
+    local braid=${BRAID:?set BRAID to the braid binary}
+    mkdir -p "$state"
+    if [ ! -f "$state/ca.pem" ]; then
+        "$braid" cert init "$state" >/dev/null
+        for id in exit site1 site2; do "$braid" cert issue --ca "$state" --name "$id" >/dev/null; done
+    fi
+    write_exit_config "$state/exit.toml"
+    write_entry_config en site1 "$uplinks" "$state/site1.toml"
+    inns ex "$braid" run --config "$state/exit.toml" >>"$state/exit.log" 2>&1 &
+    echo $! >"$state/exit.pid"
+    inns en "$braid" run --config "$state/site1.toml" >>"$state/site1.log" 2>&1 &
+    echo $! >"$state/site1.pid"
+    if ip netns list | grep -qw "$(ns e2)"; then
+        write_entry_config e2 site2 1 "$state/site2.toml"
+        inns e2 "$braid" run --config "$state/site2.toml" >>"$state/site2.log" 2>&1 &
+        echo $! >"$state/site2.pid"
+    fi
+    # Ready when every site's client reaches the server through the tunnel.
+    local clients=(cl); ip netns list | grep -qw "$(ns c2)" && clients+=(c2)
+    for c in "${clients[@]}"; do
+        for _ in $(seq 100); do
+            inns "$c" ping -c1 -W1 198.18.100.2 >/dev/null 2>&1 && continue 2
+            sleep 0.1
+        done
+        echo "error: $c cannot reach the server through braid; see $state/*.log" >&2
+        exit 1
+    done
+    echo "gateways of $name are up (logs in $state)"
+}
+
+down() {
+    for pidfile in "$state"/*.pid; do
+        [ -f "$pidfile" ] || continue
+        kill "$(cat "$pidfile")" 2>/dev/null || true
+        rm -f "$pidfile"
+    done
+    for n in $(ip netns list | awk '{print $1}' | grep "^$name-" || true); do
+        # Whatever still runs inside (gateways, linkemu, iperf3) stops with it.
+        for pid in $(ip netns pids "$n" 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
+    done
+    sleep 0.2
+    for n in $(ip netns list | awk '{print $1}' | grep "^$name-" || true); do
+        for pid in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+        ip netns del "$n"
+    done
+}
+
+deps() {
+    local missing=()
+    command -v ip >/dev/null || missing+=(iproute2)
+    command -v ping >/dev/null || missing+=(iputils-ping)
+    command -v iperf3 >/dev/null || missing+=(iperf3)
+    command -v tcpdump >/dev/null || missing+=(tcpdump)
+    command -v sysctl >/dev/null || missing+=(procps)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+case "$cmd" in
+up) up ;;
+start) start ;;
+down) down; rm -rf "$state" ;;
+deps) deps ;;
+*) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

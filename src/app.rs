@@ -1,0 +1,136 @@
+//! Runtime wiring of a gateway: TLS, lanes, the TUN device and the driver, plus the
+//! signals (TERM and INT stop cleanly, HUP re-reads the configuration).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::cert::TlsMaterial;
+use crate::clock::Clock;
+use crate::config::{Config, RoleConfig};
+use crate::core::engine::{DataPath, EngineConfig, Role, SiteSpec};
+use crate::core::lane::Colour;
+use crate::driver::Driver;
+use crate::lane::{self, client::Dialer};
+use crate::tun::Tun;
+
+/// How long lanes get to close after the data path stopped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs a gateway until SIGTERM or SIGINT.
+pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
+    let material = TlsMaterial::load(&config.tls)?;
+    let clock = Clock::new();
+    let shutdown = CancellationToken::new();
+    let (events_tx, events_rx) = mpsc::channel(256);
+    let mut tasks = tokio::task::JoinSet::new();
+
+    // Everything that can fail on bad input or a busy port happens before the TUN
+    // device exists, so a failed start leaves nothing behind.
+    let (role, sites, tun_routes) = match &config.role {
+        RoleConfig::Entry(entry) => {
+            let tls = lane::client::tls_config(&material)?;
+            for uplink in &entry.uplinks {
+                let dialer = Dialer::new(entry, uplink, Colour::Blue, tls.clone());
+                tasks.spawn(dialer.run(events_tx.clone(), clock, shutdown.clone()));
+            }
+            let site = SiteSpec {
+                id: entry.site.clone(),
+                prefixes: Vec::new(),
+            };
+            (Role::Entry, vec![site], config.tun.routes.clone())
+        }
+        RoleConfig::Exit(exit) => {
+            let endpoint = lane::server::bind(exit.listen, &material)
+                .with_context(|| format!("listening on {}", exit.listen))?;
+            info!(listen = %exit.listen, "accepting lanes");
+            let ids: HashSet<String> = exit.sites.iter().map(|s| s.id.clone()).collect();
+            tasks.spawn(lane::server::run(
+                endpoint,
+                Arc::new(ids),
+                events_tx.clone(),
+                shutdown.clone(),
+            ));
+            let sites: Vec<SiteSpec> = exit
+                .sites
+                .iter()
+                .map(|s| SiteSpec {
+                    id: s.id.clone(),
+                    prefixes: s.prefixes.clone(),
+                })
+                .collect();
+            let mut routes: Vec<_> = sites.iter().flat_map(|s| s.prefixes.clone()).collect();
+            routes.extend(config.tun.routes.iter().copied());
+            (Role::Exit, sites, routes)
+        }
+    };
+    drop(events_tx);
+    let tun = match Tun::open(&config.tun, &tun_routes).await {
+        Ok(tun) => tun,
+        Err(e) => {
+            shutdown.cancel();
+            return Err(e);
+        }
+    };
+    let engine = DataPath::new(EngineConfig {
+        role,
+        sites,
+        tun_mtu: config.tun.mtu as usize,
+        algorithm: config.scheduler.algorithm,
+        tun_v4: config.tun_address(false).and_then(|a| match a {
+            std::net::IpAddr::V4(a) => Some(a),
+            std::net::IpAddr::V6(_) => None,
+        }),
+        tun_v6: config.tun_address(true).and_then(|a| match a {
+            std::net::IpAddr::V6(a) => Some(a),
+            std::net::IpAddr::V4(_) => None,
+        }),
+    });
+    tasks.spawn(watch_signals(shutdown.clone(), config_path));
+    let driver = Driver::new(engine, clock, tun, config.tun.mtu as usize, events_rx);
+    driver.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        warn!("some lanes did not close within {SHUTDOWN_GRACE:?}");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+async fn watch_signals(shutdown: CancellationToken, config_path: PathBuf) {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        error!("cannot install signal handlers; stop the daemon with SIGKILL");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => match Config::load(&config_path) {
+                // Nothing of this build's configuration can change at run time: a
+                // reload only checks the file so that the next restart will work.
+                Ok(_) => info!("SIGHUP: configuration is valid; changes apply at the next restart"),
+                Err(e) => warn!(error = %e, "SIGHUP: configuration is invalid; keeping the running one"),
+            },
+            () = shutdown.cancelled() => return,
+        }
+    }
+    info!("stopping");
+    shutdown.cancel();
+}

@@ -1,0 +1,135 @@
+//! The command line: `braid run | check-config | cert`. Exit codes: 0 success, 2 a
+//! configuration error, 1 any other failure; errors are one line `error: ...`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, ConfigError, RoleConfig};
+
+#[derive(Parser)]
+#[command(name = "braid", version, about = "Multipath tunnelling gateway")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a configuration and print a summary.
+    CheckConfig {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Manage the deployment's private CA.
+    #[command(subcommand)]
+    Cert(CertCommand),
+}
+
+#[derive(Subcommand)]
+enum CertCommand {
+    /// Write a new CA: DIR/ca.pem and DIR/ca.key.
+    Init { dir: PathBuf },
+    /// Issue DIR/NAME.pem and DIR/NAME.key for a site (or the exit) from the CA in DIR.
+    Issue {
+        #[arg(long)]
+        ca: PathBuf,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+const EXIT_CONFIG: u8 = 2;
+const EXIT_FAILURE: u8 = 1;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Run { config } => run(config),
+        Command::CheckConfig { config } => check_config(&config),
+        Command::Cert(CertCommand::Init { dir }) => crate::cert::init_ca(&dir)
+            .map(|()| println!("wrote {0}/ca.pem and {0}/ca.key", dir.display())),
+        Command::Cert(CertCommand::Issue { ca, name }) => crate::cert::issue(&ca, &name)
+            .map(|(c, k)| println!("wrote {} and {}", c.display(), k.display())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<ConfigError>().is_some() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::from(EXIT_FAILURE)
+            }
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the runtime: {e}"))?;
+    runtime.block_on(crate::app::run(config, path))
+}
+
+fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+    let c = Config::load(path)?;
+    match &c.role {
+        RoleConfig::Entry(e) => {
+            println!(
+                "role: entry, site {:?}, exit {} ({:?})",
+                e.site, e.exit_address, e.exit_name
+            );
+            for u in &e.uplinks {
+                println!(
+                    "uplink {:?}: interface {}, peer {}, rate up {} / down {}",
+                    u.name,
+                    u.interface,
+                    u.peer.as_deref().unwrap_or(&e.exit_address),
+                    rate(u.rate_up_kbps),
+                    rate(u.rate_down_kbps),
+                );
+            }
+        }
+        RoleConfig::Exit(x) => {
+            println!("role: exit, listening on {}", x.listen);
+            for s in &x.sites {
+                let prefixes: Vec<String> = s.prefixes.iter().map(ToString::to_string).collect();
+                println!("site {:?}: {}", s.id, prefixes.join(", "));
+            }
+        }
+    }
+    let routes: Vec<String> = c.tun.routes.iter().map(ToString::to_string).collect();
+    println!(
+        "tun {}: mtu {}, routes [{}]; scheduler {:?}; admin {}",
+        c.tun.name,
+        c.tun.mtu,
+        routes.join(", "),
+        c.scheduler.algorithm,
+        c.admin.listen
+    );
+    println!("configuration OK");
+    Ok(())
+}
+
+fn rate(kbps: Option<u64>) -> String {
+    kbps.map_or_else(|| "unknown".to_string(), |k| format!("{k} kbit/s"))
+}

@@ -1,0 +1,564 @@
+//! Configuration: TOML through the `config` crate with `BRAID__SECTION__KEY`
+//! environment overrides, validated into typed structs.
+//!
+//! Raw serde structs (`raw.rs`) are turned into the types below by [`Config::load`];
+//! a validated [`Config`] cannot be invalid, and every error names the offending key
+//! (`uplinks[1].interface: no such interface "eth7"`). Relative file paths are taken
+//! relative to the configuration file's directory.
+
+mod raw;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::core::sched::Algorithm;
+use crate::core::wire::check_name;
+use raw::RawConfig;
+
+/// A configuration problem: which key, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(path: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError {
+        path: path.into(),
+        problem: problem.into(),
+    })
+}
+
+/// A validated gateway configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub role: RoleConfig,
+    pub tun: TunConfig,
+    pub tls: TlsConfig,
+    pub scheduler: SchedulerConfig,
+    pub pacing: PacingConfig,
+    pub abe: AbeConfig,
+    pub admin: AdminConfig,
+}
+
+#[derive(Debug, Clone)]
+pub enum RoleConfig {
+    Entry(EntryConfig),
+    Exit(ExitConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct EntryConfig {
+    pub site: String,
+    /// Default peer of every uplink, `host:port`.
+    pub exit_address: String,
+    /// The name the exit's certificate must carry.
+    pub exit_name: String,
+    pub uplinks: Vec<UplinkConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UplinkConfig {
+    pub name: String,
+    pub interface: String,
+    pub source: Option<IpAddr>,
+    /// `host:port` of the exit over this uplink, when it differs from `exit.address`.
+    pub peer: Option<String>,
+    pub rate_up_kbps: Option<u64>,
+    pub rate_down_kbps: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExitConfig {
+    pub listen: SocketAddr,
+    pub sites: Vec<SiteConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SiteConfig {
+    pub id: String,
+    pub prefixes: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TunConfig {
+    pub name: String,
+    pub addresses: Vec<IpNet>,
+    pub mtu: u32,
+    pub routes: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    pub algorithm: Algorithm,
+    pub flow_idle_timeout: Duration,
+    pub max_flows: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct PacingConfig {
+    pub state_file: Option<PathBuf>,
+    pub default_rate_kbps: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbeScheduler {
+    Dsd,
+    Fifo,
+}
+
+#[derive(Debug, Clone)]
+pub struct AbeConfig {
+    pub scheduler: AbeScheduler,
+    pub green_dscp: u8,
+    pub blue_dscp: u8,
+    pub green_inner_dscp: Vec<u8>,
+    pub green_delay: Duration,
+    pub buffer_bytes: u64,
+    pub control_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    pub token_file: Option<PathBuf>,
+}
+
+/// Bytes QUIC adds around a DATAGRAM payload in a full-size packet (measured: the
+/// current MTU minus `max_datagram_size()` is always 38).
+pub const QUIC_DATAGRAM_OVERHEAD: u32 = 38;
+/// Largest UDP payload on a 1500-byte path.
+pub const UDP_PAYLOAD_V4: u32 = 1500 - 20 - 8;
+pub const UDP_PAYLOAD_V6: u32 = 1500 - 40 - 8;
+
+impl Config {
+    /// Reads, merges environment overrides into, and validates a configuration file.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let file_label = file.display().to_string();
+        if let Err(e) = std::fs::metadata(file) {
+            return err(file_label, format!("cannot read: {e}"));
+        }
+        let merged = config::Config::builder()
+            .add_source(config::File::from(file).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("BRAID")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true),
+            )
+            .build()
+            .map_err(|e| ConfigError {
+                path: file_label.clone(),
+                problem: e.to_string(),
+            })?;
+        let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
+            let path = e.path().to_string();
+            ConfigError {
+                path: if path == "." {
+                    file_label.clone()
+                } else {
+                    path
+                },
+                problem: strip_config_origin(&e.into_inner().to_string()),
+            }
+        })?;
+        let base = file.parent().unwrap_or(Path::new("."));
+        validate(raw, base)
+    }
+
+    /// The TUN addresses of one family, for ICMP errors.
+    pub fn tun_address(&self, v6: bool) -> Option<IpAddr> {
+        self.tun
+            .addresses
+            .iter()
+            .map(|n| n.addr())
+            .find(|a| a.is_ipv6() == v6)
+    }
+}
+
+/// The `config` crate appends where a value came from; the path already says it.
+fn strip_config_origin(message: &str) -> String {
+    message
+        .split(" for key ")
+        .next()
+        .unwrap_or(message)
+        .to_string()
+}
+
+fn validate(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
+    let role = match raw.role.as_str() {
+        "entry" => RoleConfig::Entry(validate_entry(&raw)?),
+        "exit" => RoleConfig::Exit(validate_exit(&raw)?),
+        other => {
+            return err(
+                "role",
+                format!("{other:?} is neither \"entry\" nor \"exit\""),
+            );
+        }
+    };
+    let tun = validate_tun(&raw, &role)?;
+    let tls = TlsConfig {
+        ca: existing_file("tls.ca", base, &raw.tls.ca)?,
+        cert: existing_file("tls.cert", base, &raw.tls.cert)?,
+        key: existing_file("tls.key", base, &raw.tls.key)?,
+    };
+    crate::cert::check_tls_files(&tls)?;
+    Ok(Config {
+        role,
+        tun,
+        tls,
+        scheduler: validate_scheduler(&raw.scheduler)?,
+        pacing: PacingConfig {
+            state_file: raw.pacing.state_file.as_deref().map(|p| base.join(p)),
+            default_rate_kbps: raw.pacing.default_rate_kbps.unwrap_or(0),
+        },
+        abe: validate_abe(&raw.abe)?,
+        admin: AdminConfig {
+            listen: match &raw.admin.listen {
+                None => SocketAddr::from(([127, 0, 0, 1], 9190)),
+                Some(s) => s
+                    .parse()
+                    .or_else(|_| err("admin.listen", format!("{s:?} is not an address:port")))?,
+            },
+            token_file: raw
+                .admin
+                .token_file
+                .as_deref()
+                .map(|p| existing_file("admin.token_file", base, p))
+                .transpose()?,
+        },
+    })
+}
+
+fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, ConfigError> {
+    let Some(site) = &raw.site else {
+        return err("site", "missing: an entry gateway needs its site id");
+    };
+    check_name("site", site).or_else(|e| err("site", e.to_string()))?;
+    if raw.listen.is_some() {
+        return err("listen", "only an exit gateway listens; remove [listen]");
+    }
+    if !raw.sites.is_empty() {
+        return err("sites", "only an exit gateway serves [[sites]]");
+    }
+    let Some(exit) = &raw.exit else {
+        return err("exit", "missing: an entry gateway needs [exit] address");
+    };
+    check_host_port("exit.address", &exit.address)?;
+    let exit_name = exit.name.clone().unwrap_or_else(|| "exit".to_string());
+    check_name("exit.name", &exit_name).or_else(|e| err("exit.name", e.to_string()))?;
+    if raw.uplinks.is_empty() {
+        return err("uplinks", "an entry gateway needs at least one [[uplinks]]");
+    }
+    let mut names = HashSet::new();
+    let mut uplinks = Vec::new();
+    for (i, u) in raw.uplinks.iter().enumerate() {
+        let at = |key: &str| format!("uplinks[{i}].{key}");
+        check_name("name", &u.name).or_else(|e| err(at("name"), e.to_string()))?;
+        if !names.insert(u.name.as_str()) {
+            return err(
+                at("name"),
+                format!("{:?} is used by another uplink", u.name),
+            );
+        }
+        if u.interface.is_empty()
+            || u.interface.len() > 15
+            || !Path::new("/sys/class/net").join(&u.interface).exists()
+        {
+            return err(
+                at("interface"),
+                format!("no such interface {:?}", u.interface),
+            );
+        }
+        let source = match &u.source {
+            None => None,
+            Some(s) => Some(
+                s.parse::<IpAddr>()
+                    .or_else(|_| err(at("source"), format!("{s:?} is not an IP address")))?,
+            ),
+        };
+        if let Some(peer) = &u.peer {
+            check_host_port(&at("peer"), peer)?;
+        }
+        for (key, rate) in [
+            ("rate_up_kbps", u.rate_up_kbps),
+            ("rate_down_kbps", u.rate_down_kbps),
+        ] {
+            if rate == Some(0) {
+                return err(
+                    at(key),
+                    "must be positive; leave it out when the rate is unknown",
+                );
+            }
+        }
+        uplinks.push(UplinkConfig {
+            name: u.name.clone(),
+            interface: u.interface.clone(),
+            source,
+            peer: u.peer.clone(),
+            rate_up_kbps: u.rate_up_kbps,
+            rate_down_kbps: u.rate_down_kbps,
+        });
+    }
+    Ok(EntryConfig {
+        site: site.clone(),
+        exit_address: exit.address.clone(),
+        exit_name,
+        uplinks,
+    })
+}
+
+fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, ConfigError> {
+    if raw.site.is_some() {
+        return err(
+            "site",
+            "only an entry gateway has a site id; an exit has [[sites]]",
+        );
+    }
+    if raw.exit.is_some() {
+        return err("exit", "only an entry gateway names its exit");
+    }
+    if !raw.uplinks.is_empty() {
+        return err("uplinks", "only an entry gateway has [[uplinks]]");
+    }
+    let Some(listen) = &raw.listen else {
+        return err("listen", "missing: an exit gateway needs [listen] address");
+    };
+    let listen = listen.address.parse().or_else(|_| {
+        err(
+            "listen.address",
+            format!("{:?} is not an address:port", listen.address),
+        )
+    })?;
+    if raw.sites.is_empty() {
+        return err("sites", "an exit gateway needs at least one [[sites]]");
+    }
+    let mut sites: Vec<SiteConfig> = Vec::new();
+    for (i, s) in raw.sites.iter().enumerate() {
+        check_name("id", &s.id).or_else(|e| err(format!("sites[{i}].id"), e.to_string()))?;
+        if sites.iter().any(|o| o.id == s.id) {
+            return err(
+                format!("sites[{i}].id"),
+                format!("{:?} is used by another site", s.id),
+            );
+        }
+        if s.prefixes.is_empty() {
+            return err(
+                format!("sites[{i}].prefixes"),
+                "a site needs at least one prefix",
+            );
+        }
+        let mut prefixes = Vec::new();
+        for (j, p) in s.prefixes.iter().enumerate() {
+            let at = format!("sites[{i}].prefixes[{j}]");
+            let net = parse_prefix(&at, p)?;
+            for (k, other) in sites.iter().enumerate() {
+                if let Some(o) = other.prefixes.iter().find(|o| overlaps(o, &net)) {
+                    return err(
+                        at,
+                        format!("{net} overlaps {o} of sites[{k}] ({:?})", other.id),
+                    );
+                }
+            }
+            prefixes.push(net);
+        }
+        sites.push(SiteConfig {
+            id: s.id.clone(),
+            prefixes,
+        });
+    }
+    Ok(ExitConfig { listen, sites })
+}
+
+fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, ConfigError> {
+    let t = &raw.tun;
+    let name = t.name.clone().unwrap_or_else(|| "braid0".to_string());
+    if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
+        return err(
+            "tun.name",
+            format!("{name:?} is not a valid interface name (1 to 15 bytes)"),
+        );
+    }
+    let addresses = match &t.address {
+        None => Vec::new(),
+        Some(a) => {
+            let list = match a {
+                raw::OneOrMany::One(s) => vec![s.clone()],
+                raw::OneOrMany::Many(v) => v.clone(),
+            };
+            list.iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let at = if list.len() == 1 {
+                        "tun.address".into()
+                    } else {
+                        format!("tun.address[{i}]")
+                    };
+                    s.parse::<IpNet>().or_else(|_| {
+                        err(
+                            at,
+                            format!("{s:?} is not an address/prefix such as \"198.18.250.1/30\""),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let mtu = match t.mtu {
+        Some(m) if !(1280..=65535).contains(&m) => {
+            return err("tun.mtu", format!("{m} is outside 1280..=65535"));
+        }
+        Some(m) => m,
+        None => default_tun_mtu(role),
+    };
+    let routes = t
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| parse_prefix(&format!("tun.routes[{i}]"), r))
+        .collect::<Result<_, _>>()?;
+    Ok(TunConfig {
+        name,
+        addresses,
+        mtu,
+        routes,
+    })
+}
+
+/// What one QUIC datagram carries over a 1500-byte path: 1434 bytes over IPv4 uplinks,
+/// 1414 as soon as one uplink may be IPv6 (a host name may resolve to either).
+fn default_tun_mtu(role: &RoleConfig) -> u32 {
+    let v4_only = match role {
+        RoleConfig::Entry(e) => e.uplinks.iter().all(|u| {
+            let peer = u.peer.as_deref().unwrap_or(&e.exit_address);
+            let peer_v4 = peer.parse::<SocketAddr>().is_ok_and(|a| a.is_ipv4());
+            peer_v4 && u.source.is_none_or(|s| s.is_ipv4())
+        }),
+        RoleConfig::Exit(x) => x.listen.is_ipv4(),
+    };
+    let payload = if v4_only {
+        UDP_PAYLOAD_V4
+    } else {
+        UDP_PAYLOAD_V6
+    };
+    payload - QUIC_DATAGRAM_OVERHEAD
+}
+
+fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, ConfigError> {
+    let algorithm = match raw.algorithm.as_deref() {
+        None | Some("round-robin") => Algorithm::RoundRobin,
+        Some(a @ ("afmt" | "weighted-round-robin" | "min-rtt" | "single")) => {
+            return err(
+                "scheduler.algorithm",
+                format!("{a:?} is not available in this build yet; use \"round-robin\""),
+            );
+        }
+        Some(other) => {
+            return err(
+                "scheduler.algorithm",
+                format!(
+                    "{other:?} is not one of afmt, round-robin, weighted-round-robin, min-rtt, single"
+                ),
+            );
+        }
+    };
+    let max_flows = raw.max_flows.unwrap_or(65_536);
+    if max_flows == 0 {
+        return err("scheduler.max_flows", "must be at least 1");
+    }
+    Ok(SchedulerConfig {
+        algorithm,
+        flow_idle_timeout: Duration::from_millis(raw.flow_idle_timeout_ms.unwrap_or(10_000)),
+        max_flows: usize::try_from(max_flows).unwrap_or(usize::MAX),
+    })
+}
+
+fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, ConfigError> {
+    let dscp = |key: &str, v: Option<u8>, default: u8| match v {
+        Some(d) if d > 63 => err(format!("abe.{key}"), format!("{d} is not a DSCP (0 to 63)")),
+        Some(d) => Ok(d),
+        None => Ok(default),
+    };
+    let green_inner_dscp = raw.green_inner_dscp.clone().unwrap_or_else(|| vec![46]);
+    if let Some((i, d)) = green_inner_dscp.iter().enumerate().find(|(_, d)| **d > 63) {
+        return err(
+            format!("abe.green_inner_dscp[{i}]"),
+            format!("{d} is not a DSCP (0 to 63)"),
+        );
+    }
+    Ok(AbeConfig {
+        scheduler: match raw.scheduler.as_deref() {
+            None | Some("dsd") => AbeScheduler::Dsd,
+            Some("fifo") => AbeScheduler::Fifo,
+            Some(other) => {
+                return err(
+                    "abe.scheduler",
+                    format!("{other:?} is neither \"dsd\" nor \"fifo\""),
+                );
+            }
+        },
+        green_dscp: dscp("green_dscp", raw.green_dscp, 45)?,
+        blue_dscp: dscp("blue_dscp", raw.blue_dscp, 0)?,
+        green_inner_dscp,
+        green_delay: Duration::from_millis(raw.green_delay_ms.unwrap_or(20)),
+        buffer_bytes: raw.buffer_bytes.unwrap_or(250_000),
+        control_interval: Duration::from_millis(raw.control_interval_ms.unwrap_or(100)),
+    })
+}
+
+fn parse_prefix(at: &str, s: &str) -> Result<IpNet, ConfigError> {
+    s.parse::<IpNet>().map(|n| n.trunc()).or_else(|_| {
+        err(
+            at,
+            format!("{s:?} is not a prefix such as \"198.18.0.0/24\""),
+        )
+    })
+}
+
+fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+fn check_host_port(at: &str, s: &str) -> Result<(), ConfigError> {
+    let ok = match s.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    };
+    if ok || s.to_socket_addrs().is_ok() {
+        Ok(())
+    } else {
+        err(at, format!("{s:?} is not host:port"))
+    }
+}
+
+fn existing_file(at: &str, base: &Path, p: &str) -> Result<PathBuf, ConfigError> {
+    let path = base.join(p);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path),
+        Ok(_) => err(at, format!("{} is not a file", path.display())),
+        Err(e) => err(at, format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! The configuration file as written, before validation. Every key of SPEC §8; unknown
+//! keys are refused so that a typo never silently falls back to a default.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub role: String,
+    pub site: Option<String>,
+    pub tun: RawTun,
+    pub tls: RawTls,
+    pub exit: Option<RawExitPeer>,
+    #[serde(default)]
+    pub uplinks: Vec<RawUplink>,
+    pub listen: Option<RawListen>,
+    #[serde(default)]
+    pub sites: Vec<RawSite>,
+    #[serde(default)]
+    pub scheduler: RawScheduler,
+    #[serde(default)]
+    pub pacing: RawPacing,
+    #[serde(default)]
+    pub abe: RawAbe,
+    #[serde(default)]
+    pub admin: RawAdmin,
+}
+
+/// A value that may be written as one string or a list of strings.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTun {
+    pub name: Option<String>,
+    pub address: Option<OneOrMany>,
+    pub mtu: Option<u32>,
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExitPeer {
+    pub address: String,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUplink {
+    pub name: String,
+    pub interface: String,
+    pub source: Option<String>,
+    pub peer: Option<String>,
+    pub rate_up_kbps: Option<u64>,
+    pub rate_down_kbps: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    pub address: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSite {
+    pub id: String,
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScheduler {
+    pub algorithm: Option<String>,
+    pub flow_idle_timeout_ms: Option<u64>,
+    pub max_flows: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPacing {
+    pub state_file: Option<String>,
+    pub default_rate_kbps: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAbe {
+    pub scheduler: Option<String>,
+    pub green_dscp: Option<u8>,
+    pub blue_dscp: Option<u8>,
+    pub green_inner_dscp: Option<Vec<u8>>,
+    pub green_delay_ms: Option<u64>,
+    pub buffer_bytes: Option<u64>,
+    pub control_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: Option<String>,
+    pub token_file: Option<String>,
+}

@@ -1,0 +1,418 @@
+//! The data path of one gateway, as a state machine.
+//!
+//! Contract: the shell feeds every packet read from the TUN device to
+//! [`DataPath::handle_tun_packet`] and every datagram received on a lane to
+//! [`DataPath::handle_lane_datagram`], with the current instant; lane snapshots arrive
+//! through [`DataPath::update_lane`]. The engine answers with a verdict per packet (which
+//! lane, an ICMP reply for the TUN, or a drop reason) and never touches a socket, a
+//! clock or quinn. Per-packet work allocates nothing.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+use super::icmp::{self, MAX_REPLY_LEN};
+use super::lane::{Colour, LaneId, LaneView};
+use super::packet::PacketInfo;
+use super::route::PrefixMap;
+use super::sched::{Algorithm, Scheduler};
+use super::stats::{DropCounters, DropReason};
+use super::time::Instant;
+
+/// Which end of the tunnel this gateway is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// At the branch: one site, packets from the TUN go to that site's lanes.
+    Entry,
+    /// At the concentrator: many sites, packets from the TUN go to the site whose
+    /// prefixes contain the destination.
+    Exit,
+}
+
+/// Index of a site in the engine's site list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SiteIdx(pub u32);
+
+/// One site the engine carries traffic for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteSpec {
+    pub id: String,
+    /// The site's LAN prefixes (exit only; an entry's site has none).
+    pub prefixes: Vec<IpNet>,
+}
+
+/// Everything the engine is built from.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub role: Role,
+    pub sites: Vec<SiteSpec>,
+    pub tun_mtu: usize,
+    pub algorithm: Algorithm,
+    /// The gateway's own TUN addresses, used as the source of ICMP errors.
+    pub tun_v4: Option<Ipv4Addr>,
+    pub tun_v6: Option<Ipv6Addr>,
+}
+
+/// What to do with a packet read from the TUN device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunVerdict {
+    /// Send it as a datagram on this lane.
+    Forward(LaneId),
+    /// Drop it and write [`DataPath::reply`] (an ICMP error of this length) to the TUN.
+    Reply(usize),
+    /// Drop it.
+    Drop(DropReason),
+}
+
+struct Site {
+    id: String,
+    /// Snapshots of the site's lanes, in the order they came up.
+    lanes: Vec<LaneView>,
+    scheduler: Box<dyn Scheduler>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LaneSlot {
+    site: SiteIdx,
+}
+
+/// The data path state machine.
+pub struct DataPath {
+    role: Role,
+    sites: Vec<Site>,
+    site_by_prefix: PrefixMap<SiteIdx>,
+    /// Lane id -> owning site; `None` for free ids, which are reused.
+    lanes: Vec<Option<LaneSlot>>,
+    tun_mtu: usize,
+    tun_v4: Option<Ipv4Addr>,
+    tun_v6: Option<Ipv6Addr>,
+    drops: DropCounters,
+    reply: [u8; MAX_REPLY_LEN],
+}
+
+impl DataPath {
+    pub fn new(config: EngineConfig) -> DataPath {
+        let mut site_by_prefix = PrefixMap::default();
+        let sites = config
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                for p in &spec.prefixes {
+                    site_by_prefix.insert(*p, SiteIdx(i as u32));
+                }
+                Site {
+                    id: spec.id.clone(),
+                    lanes: Vec::new(),
+                    scheduler: config.algorithm.build(),
+                }
+            })
+            .collect();
+        DataPath {
+            role: config.role,
+            sites,
+            site_by_prefix,
+            lanes: Vec::new(),
+            tun_mtu: config.tun_mtu,
+            tun_v4: config.tun_v4,
+            tun_v6: config.tun_v6,
+            drops: DropCounters::default(),
+            reply: [0; MAX_REPLY_LEN],
+        }
+    }
+
+    /// The index of the site with this id.
+    pub fn site_index(&self, id: &str) -> Option<SiteIdx> {
+        self.sites
+            .iter()
+            .position(|s| s.id == id)
+            .map(|i| SiteIdx(i as u32))
+    }
+
+    pub fn site_id(&self, site: SiteIdx) -> &str {
+        &self.sites[site.0 as usize].id
+    }
+
+    /// Registers a new lane of `site` that is up, and returns its id.
+    pub fn add_lane(&mut self, site: SiteIdx, colour: Colour) -> LaneId {
+        let slot = LaneSlot { site };
+        let id = match self.lanes.iter().position(Option::is_none) {
+            Some(free) => {
+                self.lanes[free] = Some(slot);
+                LaneId(free as u32)
+            }
+            None => {
+                self.lanes.push(Some(slot));
+                LaneId(self.lanes.len() as u32 - 1)
+            }
+        };
+        self.sites[site.0 as usize]
+            .lanes
+            .push(LaneView::new(id, colour));
+        id
+    }
+
+    /// Forgets a lane; its id may be handed out again.
+    pub fn remove_lane(&mut self, lane: LaneId) {
+        if let Some(Some(slot)) = self.lanes.get_mut(lane.0 as usize).map(Option::take) {
+            self.sites[slot.site.0 as usize]
+                .lanes
+                .retain(|v| v.id != lane);
+        }
+    }
+
+    /// Replaces the snapshot of a lane (state taken from quinn by the shell).
+    pub fn update_lane(&mut self, view: LaneView) {
+        if let Some(Some(slot)) = self.lanes.get(view.id.0 as usize) {
+            let lanes = &mut self.sites[slot.site.0 as usize].lanes;
+            if let Some(v) = lanes.iter_mut().find(|v| v.id == view.id) {
+                *v = view;
+            }
+        }
+    }
+
+    /// The lanes of a site as last updated.
+    pub fn lanes(&self, site: SiteIdx) -> &[LaneView] {
+        &self.sites[site.0 as usize].lanes
+    }
+
+    /// True when at least one lane of any site is up.
+    pub fn any_lane_up(&self) -> bool {
+        self.sites.iter().any(|s| s.lanes.iter().any(|l| l.up))
+    }
+
+    pub fn drops(&self) -> &DropCounters {
+        &self.drops
+    }
+
+    /// The ICMP reply of the last [`TunVerdict::Reply`].
+    pub fn reply(&self, len: usize) -> &[u8] {
+        &self.reply[..len.min(MAX_REPLY_LEN)]
+    }
+
+    /// Decides what happens to one packet read from the TUN device. May rewrite the
+    /// packet in place (TCP MSS clamping).
+    pub fn handle_tun_packet(&mut self, buf: &mut [u8], now: Instant) -> TunVerdict {
+        let info = match PacketInfo::parse(buf) {
+            Ok(info) => info,
+            Err(_) => return self.drop(DropReason::Malformed),
+        };
+        if info.to_link_local() {
+            return self.drop(DropReason::LinkLocal);
+        }
+        let site = match self.role {
+            Role::Entry => SiteIdx(0),
+            Role::Exit => match self.site_by_prefix.lookup(info.dst) {
+                Some(site) => site,
+                None => return self.drop(DropReason::NoSite),
+            },
+        };
+        info.clamp_tcp_mss(buf, self.max_mss(info.is_ipv6()));
+        let site = &mut self.sites[site.0 as usize];
+        let Some(i) = site
+            .scheduler
+            .pick(info.flow_key(), info.len, &site.lanes, now)
+        else {
+            return self.drop(DropReason::NoLane);
+        };
+        let lane = site.lanes[i];
+        if info.len <= lane.max_datagram {
+            return TunVerdict::Forward(lane.id);
+        }
+        self.drops.count(DropReason::TooBig);
+        if !info.dont_fragment {
+            return TunVerdict::Drop(DropReason::TooBig);
+        }
+        let from = match info.src {
+            IpAddr::V4(_) => self.tun_v4.map(IpAddr::V4),
+            IpAddr::V6(_) => self.tun_v6.map(IpAddr::V6),
+        };
+        let mtu = u16::try_from(lane.max_datagram).unwrap_or(u16::MAX);
+        match icmp::write_too_big(buf, info.src, info.dst, mtu, from, &mut self.reply) {
+            Some(n) => TunVerdict::Reply(n),
+            None => TunVerdict::Drop(DropReason::TooBig),
+        }
+    }
+
+    /// Checks a datagram received on `lane` before it is written to the TUN device: it
+    /// must be exactly one IP packet and, at the exit, come from an address of the
+    /// lane's own site.
+    pub fn handle_lane_datagram(
+        &mut self,
+        lane: LaneId,
+        buf: &[u8],
+        _now: Instant,
+    ) -> Result<(), DropReason> {
+        let info = match PacketInfo::parse(buf) {
+            Ok(info) => info,
+            Err(_) => return Err(self.count(DropReason::Malformed)),
+        };
+        if self.role == Role::Exit {
+            let Some(Some(slot)) = self.lanes.get(lane.0 as usize) else {
+                return Err(self.count(DropReason::NoLane));
+            };
+            if self.site_by_prefix.lookup(info.src) != Some(slot.site) {
+                return Err(self.count(DropReason::Spoofed));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a drop that happened in the shell (a full lane queue, a refused peer).
+    pub fn count(&mut self, reason: DropReason) -> DropReason {
+        self.drops.count(reason);
+        reason
+    }
+
+    fn drop(&mut self, reason: DropReason) -> TunVerdict {
+        TunVerdict::Drop(self.count(reason))
+    }
+
+    /// Largest TCP MSS that fits a packet of the TUN MTU into one datagram.
+    fn max_mss(&self, ipv6: bool) -> u16 {
+        let headers = if ipv6 { 60 } else { 40 };
+        u16::try_from(self.tun_mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::packet::tests::{tcp_syn_v4, udp_v6};
+
+    fn exit_engine() -> DataPath {
+        DataPath::new(EngineConfig {
+            role: Role::Exit,
+            sites: vec![
+                SiteSpec {
+                    id: "a".into(),
+                    prefixes: vec!["198.18.0.0/24".parse().expect("net")],
+                },
+                SiteSpec {
+                    id: "b".into(),
+                    prefixes: vec!["fd00::/64".parse().expect("net")],
+                },
+            ],
+            tun_mtu: 1400,
+            algorithm: Algorithm::RoundRobin,
+            tun_v4: Some(Ipv4Addr::new(198, 19, 255, 1)),
+            tun_v6: None,
+        })
+    }
+
+    fn up(engine: &mut DataPath, site: &str, max_datagram: usize) -> LaneId {
+        let idx = engine.site_index(site).expect("site");
+        let id = engine.add_lane(idx, Colour::Blue);
+        engine.update_lane(LaneView {
+            max_datagram,
+            ..LaneView::new(id, Colour::Blue)
+        });
+        id
+    }
+
+    /// A TCP SYN with DF set from the server side towards site a's host.
+    fn to_site_a() -> Vec<u8> {
+        let mut pkt = tcp_syn_v4(1460);
+        // swap source and destination: 198.19.0.2 -> 198.18.0.2
+        let (s, d) = (pkt[12..16].to_vec(), pkt[16..20].to_vec());
+        pkt[12..16].copy_from_slice(&d);
+        pkt[16..20].copy_from_slice(&s);
+        let mut header = etherparse::Ipv4Header::from_slice(&pkt).expect("v4").0;
+        header.dont_fragment = true;
+        header.header_checksum = header.calc_header_checksum();
+        header.write(&mut &mut pkt[..20]).expect("write");
+        pkt
+    }
+
+    #[test]
+    fn exit_routes_by_destination_to_the_sites_own_lanes() {
+        let mut e = exit_engine();
+        let a = up(&mut e, "a", 1400);
+        let b = up(&mut e, "b", 1400);
+        let mut pkt = to_site_a();
+        assert_eq!(
+            e.handle_tun_packet(&mut pkt, Instant::ZERO),
+            TunVerdict::Forward(a)
+        );
+        let mut v6 = udp_v6(100);
+        v6[24..40].copy_from_slice(&"fd00::9".parse::<Ipv6Addr>().expect("ip").octets());
+        assert_eq!(
+            e.handle_tun_packet(&mut v6, Instant::ZERO),
+            TunVerdict::Forward(b)
+        );
+    }
+
+    #[test]
+    fn exit_drops_unknown_destinations_and_sites_without_lanes() {
+        let mut e = exit_engine();
+        let mut to_a = to_site_a();
+        assert_eq!(
+            e.handle_tun_packet(&mut to_a, Instant::ZERO),
+            TunVerdict::Drop(DropReason::NoLane)
+        );
+        let mut elsewhere = tcp_syn_v4(1460); // destined to 198.19.0.2: no site
+        assert_eq!(
+            e.handle_tun_packet(&mut elsewhere, Instant::ZERO),
+            TunVerdict::Drop(DropReason::NoSite)
+        );
+        assert_eq!(e.drops().get(DropReason::NoSite), 1);
+    }
+
+    #[test]
+    fn exit_refuses_a_sites_packets_with_another_sites_source() {
+        let mut e = exit_engine();
+        let a = up(&mut e, "a", 1400);
+        let b = up(&mut e, "b", 1400);
+        let from_a = tcp_syn_v4(1460); // source 198.18.0.2, site a
+        assert_eq!(e.handle_lane_datagram(a, &from_a, Instant::ZERO), Ok(()));
+        assert_eq!(
+            e.handle_lane_datagram(b, &from_a, Instant::ZERO),
+            Err(DropReason::Spoofed)
+        );
+        assert_eq!(
+            e.handle_lane_datagram(a, b"garbage", Instant::ZERO),
+            Err(DropReason::Malformed)
+        );
+    }
+
+    #[test]
+    fn too_big_packets_get_an_icmp_reply_with_the_lane_mtu() {
+        let mut e = exit_engine();
+        up(&mut e, "a", 40); // the SYN is 48 bytes
+        let mut pkt = to_site_a();
+        let TunVerdict::Reply(n) = e.handle_tun_packet(&mut pkt, Instant::ZERO) else {
+            panic!("expected an ICMP reply");
+        };
+        let reply = PacketInfo::parse(e.reply(n)).expect("valid reply");
+        assert_eq!(reply.dst, PacketInfo::parse(&pkt).expect("valid").src);
+        assert_eq!(reply.src, IpAddr::V4(Ipv4Addr::new(198, 19, 255, 1)));
+        assert_eq!(e.drops().get(DropReason::TooBig), 1);
+    }
+
+    #[test]
+    fn syn_mss_is_clamped_to_the_tun_mtu() {
+        let mut e = exit_engine();
+        up(&mut e, "a", 1400);
+        let mut pkt = to_site_a();
+        e.handle_tun_packet(&mut pkt, Instant::ZERO);
+        assert_eq!(u16::from_be_bytes([pkt[42], pkt[43]]), 1360);
+    }
+
+    #[test]
+    fn lane_ids_are_reused_and_removed_lanes_are_not_picked() {
+        let mut e = exit_engine();
+        let a1 = up(&mut e, "a", 1400);
+        let a2 = up(&mut e, "a", 1400);
+        e.remove_lane(a1);
+        let mut pkt = to_site_a();
+        assert_eq!(
+            e.handle_tun_packet(&mut pkt, Instant::ZERO),
+            TunVerdict::Forward(a2)
+        );
+        let again = up(&mut e, "a", 1400);
+        assert_eq!(again, a1);
+        e.remove_lane(a2);
+        e.remove_lane(again);
+        assert!(!e.any_lane_up());
+    }
+}

@@ -1,0 +1,61 @@
+//! Round-robin over the lanes that are up: the AFMT paper's baseline.
+
+use super::Scheduler;
+use crate::core::lane::LaneView;
+use crate::core::packet::FlowKey;
+use crate::core::time::Instant;
+
+/// Gives each live lane one packet in turn, whatever the flow or lane state.
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    next: usize,
+}
+
+impl Scheduler for RoundRobin {
+    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<usize> {
+        let n = lanes.len();
+        (0..n)
+            .map(|k| (self.next + k) % n)
+            .find(|&i| lanes[i].up)
+            .inspect(|&i| self.next = i + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::lane::{Colour, LaneId};
+
+    fn lanes(up: &[bool]) -> Vec<LaneView> {
+        up.iter()
+            .enumerate()
+            .map(|(i, &up)| LaneView {
+                up,
+                ..LaneView::new(LaneId(i as u32), Colour::Blue)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cycles_over_live_lanes_skipping_down_ones() {
+        let mut rr = RoundRobin::default();
+        let l = lanes(&[true, false, true, true]);
+        let picks: Vec<_> = (0..6)
+            .map(|_| {
+                rr.pick(FlowKey(1), 100, &l, Instant::ZERO)
+                    .expect("a lane is up")
+            })
+            .collect();
+        assert_eq!(picks, [0, 2, 3, 0, 2, 3]);
+    }
+
+    #[test]
+    fn no_live_lane_means_no_pick() {
+        let mut rr = RoundRobin::default();
+        assert_eq!(
+            rr.pick(FlowKey(1), 100, &lanes(&[false, false]), Instant::ZERO),
+            None
+        );
+        assert_eq!(rr.pick(FlowKey(1), 100, &[], Instant::ZERO), None);
+    }
+}

@@ -1,0 +1,65 @@
+//! braid's own notion of time for the pure core.
+//!
+//! Contract: an [`Instant`] is a count of nanoseconds on a monotonic clock whose origin
+//! the I/O shell chooses (see `clock.rs`). There is deliberately no `now()` here: core
+//! code receives time as an argument, so every algorithm can be driven by hand-made
+//! instants in tests. All arithmetic saturates; time going backwards never panics.
+
+use std::time::Duration;
+
+/// A point in time, in nanoseconds since an origin chosen by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The origin.
+    pub const ZERO: Instant = Instant(0);
+
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Instant(nanos)
+    }
+
+    pub const fn from_millis(millis: u64) -> Self {
+        Instant(millis.saturating_mul(1_000_000))
+    }
+
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Instant) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    pub fn saturating_add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(duration_nanos(d)))
+    }
+
+    pub fn saturating_sub(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_sub(duration_nanos(d)))
+    }
+}
+
+/// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
+pub fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backwards_time_saturates_instead_of_panicking() {
+        let early = Instant::from_millis(5);
+        let late = Instant::from_millis(9);
+        assert_eq!(late.saturating_since(early), Duration::from_millis(4));
+        assert_eq!(early.saturating_since(late), Duration::ZERO);
+        assert_eq!(early.saturating_sub(Duration::from_secs(1)), Instant::ZERO);
+        assert_eq!(
+            Instant::from_nanos(u64::MAX).saturating_add(Duration::from_secs(1)),
+            Instant::from_nanos(u64::MAX)
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! braid's own messages on a lane, besides the IP packets in QUIC DATAGRAM frames.
+//!
+//! Contract: encoding and checked decoding of the lane hello and its answer. A lane
+//! opens a bidirectional QUIC stream, writes one [`Hello`] as JSON and finishes the
+//! stream; the exit answers with one [`HelloReply`] as JSON and finishes its side.
+//! Messages longer than [`MAX_MESSAGE_LEN`] are refused. The protocol is described in
+//! `docs/PROTOCOL.md`.
+
+use serde::{Deserialize, Serialize};
+
+use super::lane::Colour;
+
+/// ALPN protocol id of a braid lane.
+pub const ALPN: &[u8] = b"braid/1";
+/// Version carried in the hello; the exit refuses versions it does not speak.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest hello or reply accepted.
+pub const MAX_MESSAGE_LEN: usize = 4096;
+
+/// The first message of a lane, from the entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub version: u32,
+    /// The site id; must equal the one in the entry's certificate.
+    pub site: String,
+    /// The uplink's name in the entry's configuration.
+    pub uplink: String,
+    pub colour: Colour,
+    /// The uplink's downstream rate, if known (kbit/s), for the exit's shaping.
+    #[serde(default)]
+    pub down_kbps: Option<u64>,
+}
+
+/// The exit's answer to a hello.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum HelloReply {
+    Accepted,
+    Refused { reason: String },
+}
+
+/// Why a message could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("message of {0} bytes is longer than {MAX_MESSAGE_LEN}")]
+    TooLong(usize),
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+    #[error("protocol version {0} is not supported (this build speaks {PROTOCOL_VERSION})")]
+    Version(u32),
+    #[error("invalid {field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl Hello {
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising a struct of strings and integers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Hello, WireError> {
+        if buf.len() > MAX_MESSAGE_LEN {
+            return Err(WireError::TooLong(buf.len()));
+        }
+        let hello: Hello = serde_json::from_slice(buf)?;
+        if hello.version != PROTOCOL_VERSION {
+            return Err(WireError::Version(hello.version));
+        }
+        check_name("site", &hello.site)?;
+        check_name("uplink", &hello.uplink)?;
+        Ok(hello)
+    }
+}
+
+impl HelloReply {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<HelloReply, WireError> {
+        if buf.len() > MAX_MESSAGE_LEN {
+            return Err(WireError::TooLong(buf.len()));
+        }
+        Ok(serde_json::from_slice(buf)?)
+    }
+}
+
+/// Site ids and uplink names: 1 to 63 characters of `[A-Za-z0-9._-]`, so they are valid
+/// in certificates, metric labels, file names and log lines alike.
+pub fn check_name(field: &'static str, name: &str) -> Result<(), WireError> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 63 || !name.chars().all(ok_char) {
+        return Err(WireError::Invalid {
+            field,
+            problem: format!("{name:?} is not 1 to 63 characters of A-Z a-z 0-9 . _ -"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trips() {
+        let h = Hello {
+            version: PROTOCOL_VERSION,
+            site: "branch-01".into(),
+            uplink: "dsl".into(),
+            colour: Colour::Blue,
+            down_kbps: Some(16_000),
+        };
+        assert_eq!(Hello::decode(&h.encode()).expect("valid"), h);
+        let r = HelloReply::Refused {
+            reason: "no".into(),
+        };
+        assert_eq!(HelloReply::decode(&r.encode()).expect("valid"), r);
+    }
+
+    #[test]
+    fn bad_hellos_are_refused_with_a_reason() {
+        assert!(matches!(
+            Hello::decode(b"\x00garbage"),
+            Err(WireError::Malformed(_))
+        ));
+        assert!(matches!(
+            Hello::decode(&[b' '; MAX_MESSAGE_LEN + 1]),
+            Err(WireError::TooLong(_))
+        ));
+        let v2 = br#"{"version":2,"site":"a","uplink":"b","colour":"blue"}"#;
+        assert!(matches!(Hello::decode(v2), Err(WireError::Version(2))));
+        let bad = br#"{"version":1,"site":"a b","uplink":"b","colour":"blue"}"#;
+        assert!(matches!(
+            Hello::decode(bad),
+            Err(WireError::Invalid { field: "site", .. })
+        ));
+    }
+}

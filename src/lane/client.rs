@@ -1,0 +1,198 @@
+//! The entry's side of lanes: per uplink and colour, dial the exit from that uplink's
+//! interface, authenticate, say hello, hand the lane to the driver, and redial with
+//! backoff when it drops.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
+use crate::cert::TlsMaterial;
+use crate::clock::Clock;
+use crate::config::{EntryConfig, UplinkConfig};
+use crate::core::lane::Colour;
+use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
+
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A lane that stayed up this long starts its next backoff from the minimum again.
+const STABLE_LANE: Duration = Duration::from_secs(10);
+
+/// Everything one uplink's dialer needs.
+pub struct Dialer {
+    pub site: String,
+    pub exit_name: String,
+    pub peer: String,
+    pub uplink: UplinkConfig,
+    pub colour: Colour,
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+impl Dialer {
+    pub fn new(
+        entry: &EntryConfig,
+        uplink: &UplinkConfig,
+        colour: Colour,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Dialer {
+        Dialer {
+            site: entry.site.clone(),
+            exit_name: entry.exit_name.clone(),
+            peer: uplink
+                .peer
+                .clone()
+                .unwrap_or_else(|| entry.exit_address.clone()),
+            uplink: uplink.clone(),
+            colour,
+            tls,
+        }
+    }
+
+    /// Keeps this uplink's lane up until `shutdown`.
+    pub async fn run(
+        self,
+        events: mpsc::Sender<LaneEvent>,
+        clock: Clock,
+        shutdown: CancellationToken,
+    ) {
+        let span = info_span!("lane", uplink = %self.uplink.name, colour = self.colour.as_str());
+        async move {
+            let mut backoff = MIN_BACKOFF;
+            let mut failures = 0u32;
+            loop {
+                let attempt = tokio::select! {
+                    r = self.connect() => r,
+                    () = shutdown.cancelled() => return,
+                };
+                match attempt {
+                    Ok((conn, _endpoint)) => {
+                        info!(peer = %conn.remote_address(), "lane up");
+                        failures = 0;
+                        let up_since = clock.now();
+                        let lane = NewLane {
+                            conn: conn.clone(),
+                            site: self.site.clone(),
+                            uplink: self.uplink.name.clone(),
+                            colour: self.colour,
+                        };
+                        if events.send(LaneEvent::Up(lane)).await.is_err() {
+                            return; // the driver is gone: shutting down
+                        }
+                        tokio::select! {
+                            reason = conn.closed() => warn!(%reason, "lane down"),
+                            () = shutdown.cancelled() => {
+                                conn.close(0u32.into(), b"shutdown");
+                                return;
+                            }
+                        }
+                        if clock.now().saturating_since(up_since) >= STABLE_LANE {
+                            backoff = MIN_BACKOFF;
+                        }
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        // The first failure in a row is worth a warning; repeats of an
+                        // uplink that stays down are not.
+                        if failures == 1 {
+                            warn!(error = format!("{e:#}"), "lane connect failed; retrying");
+                        } else {
+                            debug!(
+                                error = format!("{e:#}"),
+                                failures, "lane connect failed again"
+                            );
+                        }
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One attempt: resolve, bind to the uplink, handshake, hello.
+    async fn connect(&self) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
+        let peer = self.resolve().await?;
+        let bind = SocketAddr::new(
+            self.uplink.source.unwrap_or(if peer.is_ipv6() {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            }),
+            0,
+        );
+        let socket = udp_socket(bind, Some(&self.uplink.interface))?;
+        let endpoint = endpoint(socket, None)?;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(self.tls.clone())
+            .context("TLS configuration unusable for QUIC")?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(transport_config(peer.is_ipv6())));
+        let connecting = endpoint
+            .connect_with(config, peer, &self.exit_name)
+            .with_context(|| format!("connecting to {peer}"))?;
+        let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
+            .await
+            .map_err(|_| anyhow!("no handshake with {peer} within {HELLO_TIMEOUT:?}"))?
+            .with_context(|| format!("handshake with {peer}"))?;
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            site: self.site.clone(),
+            uplink: self.uplink.name.clone(),
+            colour: self.colour,
+            down_kbps: self.uplink.rate_down_kbps,
+        };
+        let reply = tokio::time::timeout(HELLO_TIMEOUT, say_hello(&conn, &hello))
+            .await
+            .map_err(|_| anyhow!("no answer to the hello within {HELLO_TIMEOUT:?}"))??;
+        match reply {
+            HelloReply::Accepted => Ok((conn, endpoint)),
+            HelloReply::Refused { reason } => bail!("the exit refused the lane: {reason}"),
+        }
+    }
+
+    async fn resolve(&self) -> anyhow::Result<SocketAddr> {
+        let mut addrs = tokio::net::lookup_host(&self.peer)
+            .await
+            .with_context(|| format!("resolving {}", self.peer))?;
+        let wanted_v6 = self.uplink.source.map(|s| s.is_ipv6());
+        addrs
+            .find(|a| wanted_v6.is_none_or(|v6| a.is_ipv6() == v6))
+            .with_context(|| format!("{} has no address of the uplink's family", self.peer))
+    }
+}
+
+async fn say_hello(conn: &quinn::Connection, hello: &Hello) -> anyhow::Result<HelloReply> {
+    let (mut send, mut recv) = conn.open_bi().await.context("opening the hello stream")?;
+    send.write_all(&hello.encode())
+        .await
+        .context("sending the hello")?;
+    send.finish().context("finishing the hello")?;
+    let buf = recv
+        .read_to_end(MAX_MESSAGE_LEN)
+        .await
+        .context("reading the exit's answer")?;
+    HelloReply::decode(&buf).context("the exit's answer")
+}
+
+/// The entry's TLS client configuration: trust only the deployment CA, present the
+/// site's certificate.
+pub fn tls_config(material: &TlsMaterial) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("TLS 1.3 with ring")?
+        .with_root_certificates(material.roots.clone())
+        .with_client_auth_cert(material.chain.clone(), material.key.clone_key())
+        .context("the site certificate and key do not match")?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}

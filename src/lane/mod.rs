@@ -1,0 +1,114 @@
+//! Lanes: one QUIC connection per uplink and colour, with mutual TLS against the
+//! deployment CA, a hello on a stream, and IP packets as QUIC DATAGRAM frames.
+//!
+//! `client.rs` dials the exit over each uplink of an entry and keeps the lane up;
+//! `server.rs` accepts and authenticates lanes at the exit. Both hand a ready
+//! [`NewLane`] to the driver, which owns the data path.
+
+pub mod client;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
+use crate::core::lane::Colour;
+use crate::core::stats::DropReason;
+
+/// Keep-alives keep SRTT fresh on idle lanes and reveal dead uplinks.
+const KEEP_ALIVE: Duration = Duration::from_millis(100);
+/// A lane that hears nothing for this long is down.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+/// quinn's own datagram queue: small, so that queueing happens in braid where it is
+/// measured (the lane's `fill`) and dropped deliberately.
+pub const QUINN_DATAGRAM_SEND_BUFFER: usize = 64 * 1024;
+/// Received datagrams waiting for the driver.
+const QUINN_DATAGRAM_RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
+/// Kernel socket buffers of a lane's UDP socket.
+const SOCKET_BUFFER: usize = 4 * 1024 * 1024;
+/// How long a peer may take for the handshake and hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A lane that completed its handshake and hello.
+pub struct NewLane {
+    pub conn: quinn::Connection,
+    pub site: String,
+    pub uplink: String,
+    pub colour: Colour,
+}
+
+/// What the lane tasks tell the driver.
+pub enum LaneEvent {
+    Up(NewLane),
+    /// A peer was refused before it became a lane.
+    Refused {
+        reason: DropReason,
+        detail: String,
+    },
+}
+
+/// QUIC transport settings of every lane. The path is assumed to carry 1500-byte IP
+/// packets, so the MTU is fixed at that size from the first packet: quinn's black-hole
+/// detection would otherwise fall back to 1200 bytes under heavy loss and refuse
+/// full-size datagrams for a minute (FIELD-NOTES).
+pub fn transport_config(v6_path: bool) -> quinn::TransportConfig {
+    let udp_payload = if v6_path {
+        UDP_PAYLOAD_V6
+    } else {
+        UDP_PAYLOAD_V4
+    } as u16;
+    let mut t = quinn::TransportConfig::default();
+    let mut mtud = quinn::MtuDiscoveryConfig::default();
+    mtud.upper_bound(udp_payload);
+    t.initial_mtu(udp_payload)
+        .min_mtu(udp_payload)
+        .mtu_discovery_config(Some(mtud))
+        .keep_alive_interval(Some(KEEP_ALIVE))
+        .max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok())
+        .datagram_send_buffer_size(QUINN_DATAGRAM_SEND_BUFFER)
+        .datagram_receive_buffer_size(Some(QUINN_DATAGRAM_RECEIVE_BUFFER))
+        .max_concurrent_uni_streams(0u8.into());
+    t
+}
+
+/// A UDP socket for a lane endpoint, bound to `bind` and, if given, to an interface.
+pub fn udp_socket(bind: SocketAddr, device: Option<&str>) -> anyhow::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))
+        .context("creating a UDP socket")?;
+    if bind.is_ipv6() {
+        // A listener on [::] also serves IPv4 peers.
+        socket
+            .set_only_v6(false)
+            .context("allowing IPv4 on an IPv6 socket")?;
+    }
+    if let Some(dev) = device {
+        socket
+            .bind_device(Some(dev.as_bytes()))
+            .with_context(|| format!("binding to interface {dev}"))?;
+    }
+    // Larger buffers absorb bursts; failing to get them is not fatal.
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    socket
+        .bind(&bind.into())
+        .with_context(|| format!("binding UDP {bind}"))?;
+    Ok(socket.into())
+}
+
+/// The endpoint configuration shared by both roles.
+fn endpoint(
+    socket: std::net::UdpSocket,
+    server: Option<quinn::ServerConfig>,
+) -> anyhow::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .context("creating the QUIC endpoint")
+}

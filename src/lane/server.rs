@@ -1,0 +1,154 @@
+//! The exit's side of lanes: accept QUIC connections on one UDP port, require a
+//! certificate from the deployment CA, read the hello, check that the site it names
+//! is the certificate's and is configured, answer, and hand the lane to the driver.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::CertificateDer;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
+use crate::cert::{TlsMaterial, certificate_name};
+use crate::core::stats::DropReason;
+use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
+
+/// Binds the exit's UDP port.
+pub fn bind(listen: SocketAddr, material: &TlsMaterial) -> anyhow::Result<quinn::Endpoint> {
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls_config(material)?)
+        .context("TLS configuration unusable for QUIC")?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport_config(listen.is_ipv6())));
+    endpoint(udp_socket(listen, None)?, Some(config))
+}
+
+/// Accepts lanes until `shutdown`.
+pub async fn run(
+    endpoint: quinn::Endpoint,
+    sites: Arc<HashSet<String>>,
+    events: mpsc::Sender<LaneEvent>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => i,
+            () = shutdown.cancelled() => break,
+        };
+        let Some(incoming) = incoming else { break };
+        let (sites, events) = (sites.clone(), events.clone());
+        tokio::spawn(async move {
+            let peer = incoming.remote_address();
+            let event = match admit(incoming, &sites).await {
+                Ok(lane) => LaneEvent::Up(lane),
+                Err((reason, e)) => {
+                    debug!(%peer, error = format!("{e:#}"), "lane refused");
+                    LaneEvent::Refused {
+                        reason,
+                        detail: format!("{peer}: {e:#}"),
+                    }
+                }
+            };
+            let _ = events.send(event).await;
+        });
+    }
+    endpoint.close(0u32.into(), b"shutdown");
+}
+
+/// Handshake and hello of one peer.
+async fn admit(
+    incoming: quinn::Incoming,
+    sites: &HashSet<String>,
+) -> Result<NewLane, (DropReason, anyhow::Error)> {
+    let refused = |e: anyhow::Error| (DropReason::Unauthenticated, e);
+    let conn = tokio::time::timeout(HELLO_TIMEOUT, incoming)
+        .await
+        .map_err(|_| refused(anyhow!("no handshake within {HELLO_TIMEOUT:?}")))?
+        .context("TLS handshake")
+        .map_err(refused)?;
+    let result = async {
+        let cert_name = peer_name(&conn)?;
+        let (mut send, mut recv) = conn.accept_bi().await.context("waiting for the hello")?;
+        let buf = recv
+            .read_to_end(MAX_MESSAGE_LEN)
+            .await
+            .context("reading the hello")?;
+        let verdict = Hello::decode(&buf)
+            .context("bad hello")
+            .and_then(|hello| check_site(hello, &cert_name, sites));
+        let reply = match &verdict {
+            Ok(_) => HelloReply::Accepted,
+            Err(e) => HelloReply::Refused {
+                reason: format!("{e:#}"),
+            },
+        };
+        send.write_all(&reply.encode())
+            .await
+            .context("answering the hello")?;
+        send.finish().context("answering the hello")?;
+        verdict
+    };
+    match tokio::time::timeout(HELLO_TIMEOUT, result).await {
+        Ok(Ok(hello)) => Ok(NewLane {
+            conn,
+            site: hello.site,
+            uplink: hello.uplink,
+            colour: hello.colour,
+        }),
+        Ok(Err(e)) => {
+            // Let the refusal reach the peer before closing.
+            let _ = tokio::time::timeout(HELLO_TIMEOUT, conn.closed()).await;
+            conn.close(1u32.into(), b"refused");
+            Err(refused(e))
+        }
+        Err(_) => {
+            conn.close(1u32.into(), b"hello timeout");
+            Err(refused(anyhow!("no hello within {HELLO_TIMEOUT:?}")))
+        }
+    }
+}
+
+fn check_site(hello: Hello, cert_name: &str, sites: &HashSet<String>) -> anyhow::Result<Hello> {
+    if hello.site != cert_name {
+        bail!(
+            "site {:?} in the hello is not the certificate's {cert_name:?}",
+            hello.site
+        );
+    }
+    if !sites.contains(&hello.site) {
+        bail!("site {:?} is not served by this exit", hello.site);
+    }
+    Ok(hello)
+}
+
+fn peer_name(conn: &quinn::Connection) -> anyhow::Result<String> {
+    let certs = conn
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .context("the peer presented no certificate")?;
+    let leaf = certs.first().context("the peer presented an empty chain")?;
+    certificate_name(leaf)
+}
+
+/// The exit's TLS server configuration: present the exit's certificate, require a
+/// client certificate issued by the deployment CA.
+pub fn tls_config(material: &TlsMaterial) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(material.roots.clone(), provider.clone())
+            .build()
+            .context("client certificate verifier")?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("TLS 1.3 with ring")?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(material.chain.clone(), material.key.clone_key())
+        .context("the exit certificate and key do not match")?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    config.max_early_data_size = 0;
+    Ok(Arc::new(config))
+}

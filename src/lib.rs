@@ -1,0 +1,15 @@
+//! braid: a multipath tunnelling gateway. See README.md and ARCHITECTURE.md.
+//!
+//! `core` is pure (no I/O, no clock); everything else is the I/O shell around it.
+#![deny(unsafe_code)]
+
+pub mod app;
+pub mod cert;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod core;
+pub mod driver;
+pub mod lane;
+pub mod sys;
+pub mod tun;

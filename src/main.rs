@@ -1,0 +1,5 @@
+//! The `braid` command. See README.md.
+
+fn main() -> std::process::ExitCode {
+    braid::cli::main()
+}

@@ -1,0 +1,106 @@
+//! The TUN device: created with tun-tap, configured (MTU, addresses, routes, up) over
+//! netlink, read and written without blocking through tokio's reactor. The kernel
+//! removes the device, and with it its addresses and routes, when the daemon closes it.
+
+use std::io;
+
+use anyhow::Context;
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use rtnetlink::{LinkUnspec, RouteMessageBuilder};
+use tokio::io::unix::AsyncFd;
+use tun_tap::{Iface, Mode};
+
+use crate::config::TunConfig;
+
+/// An open, configured TUN device.
+pub struct Tun {
+    fd: AsyncFd<Iface>,
+    name: String,
+}
+
+impl Tun {
+    /// Creates the device and configures it; `routes` are sent into the tunnel.
+    pub async fn open(cfg: &TunConfig, routes: &[IpNet]) -> anyhow::Result<Tun> {
+        let iface = Iface::without_packet_info(&cfg.name, Mode::Tun)
+            .with_context(|| format!("opening TUN device {} (are you root?)", cfg.name))?;
+        iface
+            .set_non_blocking()
+            .with_context(|| format!("making TUN device {} non-blocking", cfg.name))?;
+        let name = iface.name().to_string();
+        configure(&name, cfg, routes)
+            .await
+            .with_context(|| format!("configuring TUN device {name}"))?;
+        let fd = crate::sys::async_fd(iface)
+            .with_context(|| format!("registering TUN device {name} with the reactor"))?;
+        Ok(Tun { fd, name })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits until a packet can be read.
+    pub async fn readable(&self) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, Iface>> {
+        self.fd.readable().await
+    }
+
+    /// Writes one packet; a full device queue drops it (`WouldBlock`).
+    pub fn write(&self, packet: &[u8]) -> io::Result<usize> {
+        self.fd.get_ref().send(packet)
+    }
+}
+
+async fn configure(name: &str, cfg: &TunConfig, routes: &[IpNet]) -> anyhow::Result<()> {
+    let (connection, handle, _) = rtnetlink::new_connection().context("opening netlink")?;
+    let netlink = tokio::spawn(connection);
+    let result = async {
+        let link = handle
+            .link()
+            .get()
+            .match_name(name.to_string())
+            .execute()
+            .try_next()
+            .await
+            .context("looking up the device")?
+            .context("the device vanished")?;
+        let index = link.header.index;
+        // No IPv6 link-local address: the kernel would otherwise send router
+        // solicitations and MLD reports into the tunnel, which no peer wants.
+        // Hosts with IPv6 disabled have no such file, and need nothing.
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/addr_gen_mode"), "1");
+        handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).mtu(cfg.mtu).up().build())
+            .execute()
+            .await
+            .with_context(|| format!("setting MTU {} and link up", cfg.mtu))?;
+        for net in &cfg.addresses {
+            handle
+                .address()
+                .add(index, net.addr(), net.prefix_len())
+                .replace()
+                .execute()
+                .await
+                .with_context(|| format!("adding address {net}"))?;
+        }
+        for net in routes {
+            let route = RouteMessageBuilder::<std::net::IpAddr>::new()
+                .destination_prefix(net.network(), net.prefix_len())
+                .with_context(|| format!("route {net}"))?
+                .output_interface(index)
+                .build();
+            handle
+                .route()
+                .add(route)
+                .replace()
+                .execute()
+                .await
+                .with_context(|| format!("adding route {net} into the tunnel"))?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    netlink.abort();
+    result
+}
