@@ -248,6 +248,7 @@ deps() {
     command -v iperf3 >/dev/null || missing+=(iperf3)
     command -v tcpdump >/dev/null || missing+=(tcpdump)
     command -v sysctl >/dev/null || missing+=(procps)
+    command -v python3 >/dev/null || missing+=(python3)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing ${missing[*]}"
         apt-get update -qq

@@ -98,8 +98,9 @@ impl TlsMaterial {
     }
 }
 
-/// Configuration-time check that the TLS files hold what they should.
-pub fn check_tls_files(tls: &TlsConfig) -> Result<(), ConfigError> {
+/// Configuration-time check that the TLS files hold what they should; returns the name
+/// the certificate carries.
+pub fn check_tls_files(tls: &TlsConfig) -> Result<String, ConfigError> {
     let problem = |path: &str, e: anyhow::Error| ConfigError {
         path: path.to_string(),
         problem: format!("{e:#}"),
@@ -110,8 +111,7 @@ pub fn check_tls_files(tls: &TlsConfig) -> Result<(), ConfigError> {
         path: "tls.key".into(),
         problem: format!("{}: no private key in PEM form ({e})", tls.key.display()),
     })?;
-    certificate_name(&chain[0]).map_err(|e| problem("tls.cert", e))?;
-    Ok(())
+    certificate_name(&chain[0]).map_err(|e| problem("tls.cert", e))
 }
 
 /// The holder's name in a certificate: its first DNS subject alternative name.
@@ -183,7 +183,7 @@ mod tests {
             cert,
             key,
         };
-        check_tls_files(&tls).expect("valid material");
+        assert_eq!(check_tls_files(&tls).expect("valid material"), "branch-01");
         let m = TlsMaterial::load(&tls).expect("load");
         assert_eq!(certificate_name(&m.chain[0]).expect("name"), "branch-01");
         assert!(issue(&dir, "bad name").is_err());

@@ -222,7 +222,18 @@ fn validate(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
         cert: existing_file("tls.cert", base, &raw.tls.cert)?,
         key: existing_file("tls.key", base, &raw.tls.key)?,
     };
-    crate::cert::check_tls_files(&tls)?;
+    let cert_name = crate::cert::check_tls_files(&tls)?;
+    if let RoleConfig::Entry(entry) = &role
+        && cert_name != entry.site
+    {
+        return err(
+            "tls.cert",
+            format!(
+                "the certificate is for {cert_name:?}, not for site {:?}",
+                entry.site
+            ),
+        );
+    }
     Ok(Config {
         role,
         tun,

@@ -122,6 +122,13 @@ impl Dialer {
     /// One attempt: resolve, bind to the uplink, handshake, hello.
     async fn connect(&self) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
         let peer = self.resolve().await?;
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            site: self.site.clone(),
+            uplink: self.uplink.name.clone(),
+            colour: self.colour,
+            down_kbps: self.uplink.rate_down_kbps,
+        };
         let bind = SocketAddr::new(
             self.uplink.source.unwrap_or(if peer.is_ipv6() {
                 IpAddr::V6(Ipv6Addr::UNSPECIFIED)
@@ -130,33 +137,15 @@ impl Dialer {
             }),
             0,
         );
-        let socket = udp_socket(bind, Some(&self.uplink.interface))?;
-        let endpoint = endpoint(socket, None)?;
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(self.tls.clone())
-            .context("TLS configuration unusable for QUIC")?;
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport_config(peer.is_ipv6())));
-        let connecting = endpoint
-            .connect_with(config, peer, &self.exit_name)
-            .with_context(|| format!("connecting to {peer}"))?;
-        let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
-            .await
-            .map_err(|_| anyhow!("no handshake with {peer} within {HELLO_TIMEOUT:?}"))?
-            .with_context(|| format!("handshake with {peer}"))?;
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            site: self.site.clone(),
-            uplink: self.uplink.name.clone(),
-            colour: self.colour,
-            down_kbps: self.uplink.rate_down_kbps,
-        };
-        let reply = tokio::time::timeout(HELLO_TIMEOUT, say_hello(&conn, &hello))
-            .await
-            .map_err(|_| anyhow!("no answer to the hello within {HELLO_TIMEOUT:?}"))??;
-        match reply {
-            HelloReply::Accepted => Ok((conn, endpoint)),
-            HelloReply::Refused { reason } => bail!("the exit refused the lane: {reason}"),
-        }
+        open_lane(
+            bind,
+            Some(&self.uplink.interface),
+            peer,
+            &self.exit_name,
+            self.tls.clone(),
+            &hello,
+        )
+        .await
     }
 
     async fn resolve(&self) -> anyhow::Result<SocketAddr> {
@@ -167,6 +156,38 @@ impl Dialer {
         addrs
             .find(|a| wanted_v6.is_none_or(|v6| a.is_ipv6() == v6))
             .with_context(|| format!("{} has no address of the uplink's family", self.peer))
+    }
+}
+
+/// Opens one lane: a QUIC connection from `bind` (on `device`, if given) to the exit
+/// at `peer`, whose certificate must name `exit_name`, and the hello exchange.
+pub async fn open_lane(
+    bind: SocketAddr,
+    device: Option<&str>,
+    peer: SocketAddr,
+    exit_name: &str,
+    tls: Arc<rustls::ClientConfig>,
+    hello: &Hello,
+) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
+    let socket = udp_socket(bind, device)?;
+    let endpoint = endpoint(socket, None)?;
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .context("TLS configuration unusable for QUIC")?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(Arc::new(transport_config(peer.is_ipv6())));
+    let connecting = endpoint
+        .connect_with(config, peer, exit_name)
+        .with_context(|| format!("connecting to {peer}"))?;
+    let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
+        .await
+        .map_err(|_| anyhow!("no handshake with {peer} within {HELLO_TIMEOUT:?}"))?
+        .with_context(|| format!("handshake with {peer}"))?;
+    let reply = tokio::time::timeout(HELLO_TIMEOUT, say_hello(&conn, hello))
+        .await
+        .map_err(|_| anyhow!("no answer to the hello within {HELLO_TIMEOUT:?}"))??;
+    match reply {
+        HelloReply::Accepted => Ok((conn, endpoint)),
+        HelloReply::Refused { reason } => bail!("the exit refused the lane: {reason}"),
     }
 }
 

@@ -1,0 +1,322 @@
+//! The command line as a user meets it: `check-config` on the shipped examples and on
+//! broken files, `cert`, and `run` refusing a bad configuration.
+// Test code: a failed expectation is a failed test, and timeouts use the wall clock.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::disallowed_methods)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{braid_bin, repo};
+
+fn braid(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(braid_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run braid")
+}
+
+/// A scratch directory with a CA and certificates for `exit`, `site1`, `branch-01`.
+fn pki(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("braid-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().expect("utf-8 path");
+    assert!(braid(&["cert", "init", d], &[]).status.success());
+    for id in ["exit", "site1", "branch-01"] {
+        let out = braid(&["cert", "issue", "--ca", d, "--name", id], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+const ENTRY: &str = r#"
+role = "entry"
+site = "site1"
+[tun]
+routes = ["198.18.100.0/24"]
+[tls]
+ca = "ca.pem"
+cert = "site1.pem"
+key = "site1.key"
+[exit]
+address = "198.19.200.1:4433"
+[[uplinks]]
+name = "a"
+interface = "lo"
+[[uplinks]]
+name = "b"
+interface = "lo"
+"#;
+
+const EXIT: &str = r#"
+role = "exit"
+[tun]
+[tls]
+ca = "ca.pem"
+cert = "exit.pem"
+key = "exit.key"
+[listen]
+address = "0.0.0.0:4433"
+[[sites]]
+id = "site1"
+prefixes = ["198.18.1.0/24"]
+[[sites]]
+id = "site2"
+prefixes = ["198.18.2.0/24"]
+"#;
+
+fn check(dir: &Path, file: &str, text: &str, env: &[(&str, &str)]) -> Output {
+    let path = dir.join(file);
+    std::fs::write(&path, text).expect("write config");
+    braid(
+        &["check-config", "--config", path.to_str().expect("utf-8")],
+        env,
+    )
+}
+
+#[test]
+fn valid_configs_pass_with_a_summary() {
+    let dir = pki("valid");
+    let out = check(&dir, "entry.toml", ENTRY, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains("role: entry") && summary.contains("mtu 1434"),
+        "{summary}"
+    );
+    let out = check(&dir, "exit.toml", EXIT, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[test]
+fn configuration_errors_name_the_key_and_exit_with_2() {
+    let dir = pki("errors");
+    // (which file, its text, environment overrides, the expected first words)
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "entry",
+            ENTRY.replacen(
+                "interface = \"lo\"\n[[uplinks]]\nname = \"b\"\ninterface = \"lo\"",
+                "interface = \"lo\"\n[[uplinks]]\nname = \"b\"\ninterface = \"eth7\"",
+                1,
+            ),
+            vec![],
+            "error: uplinks[1].interface: no such interface \"eth7\"",
+        ),
+        (
+            "entry",
+            ENTRY.replace("[tun]\n", "[tun]\nmtuu = 1400\n"),
+            vec![],
+            "error: tun.mtuu: unknown field `mtuu`",
+        ),
+        (
+            "entry",
+            ENTRY.replace("[tun]\n", "[tun]\nmtu = \"big\"\n"),
+            vec![],
+            "error: tun.mtu: ",
+        ),
+        (
+            "entry",
+            ENTRY.to_string(),
+            vec![("BRAID__TUN__MTU", "100")],
+            "error: tun.mtu: 100 is outside 1280..=65535",
+        ),
+        (
+            "entry",
+            ENTRY.replace("role = \"entry\"", "role = \"middle\""),
+            vec![],
+            "error: role: \"middle\" is neither",
+        ),
+        (
+            "entry",
+            ENTRY.replace("site = \"site1\"", "site = \"branch-01\""),
+            vec![],
+            "error: tls.cert: the certificate is for \"site1\", not for site \"branch-01\"",
+        ),
+        (
+            "entry",
+            ENTRY.replace("ca = \"ca.pem\"", "ca = \"nope.pem\""),
+            vec![],
+            "error: tls.ca: cannot read",
+        ),
+        (
+            "entry",
+            ENTRY.replace("198.19.200.1:4433", "198.19.200.1"),
+            vec![],
+            "error: exit.address: \"198.19.200.1\" is not host:port",
+        ),
+        (
+            "entry",
+            ENTRY.replace("198.18.100.0/24", "198.18.100.0/33"),
+            vec![],
+            "error: tun.routes[0]: ",
+        ),
+        (
+            "entry",
+            ENTRY.replace("[[uplinks]]\nname = \"a\"", "[[uplinks]]\nname = \"b\""),
+            vec![],
+            "error: uplinks[1].name: \"b\" is used by another uplink",
+        ),
+        (
+            "exit",
+            EXIT.replace("198.18.2.0/24", "198.18.0.0/16"),
+            vec![],
+            "error: sites[1].prefixes[0]: 198.18.0.0/16 overlaps 198.18.1.0/24 of sites[0]",
+        ),
+        (
+            "exit",
+            EXIT.replace("[listen]\naddress = \"0.0.0.0:4433\"\n", ""),
+            vec![],
+            "error: listen: missing",
+        ),
+        (
+            "exit",
+            EXIT.replace("role = \"exit\"", "role = \"exit\"\nsite = \"x\""),
+            vec![],
+            "error: site: only an entry gateway",
+        ),
+        (
+            "exit",
+            EXIT.to_string(),
+            vec![("BRAID__SCHEDULER__ALGORITHM", "fastest")],
+            "error: scheduler.algorithm: \"fastest\" is not one of",
+        ),
+    ];
+    for (role, text, env, expected) in cases {
+        let out = check(&dir, &format!("{role}.toml"), &text, &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{expected}: got {stderr}");
+        assert!(
+            stderr.starts_with(expected),
+            "expected {expected:?}, got {stderr:?}"
+        );
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "one line, no backtrace: {stderr}"
+        );
+    }
+    let missing = braid(
+        &["check-config", "--config", "/nonexistent/braid.toml"],
+        &[],
+    );
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .starts_with("error: /nonexistent/braid.toml: cannot read")
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[test]
+fn run_refuses_a_bad_configuration_before_touching_the_system() {
+    let dir = pki("run");
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        ENTRY.replace("interface = \"lo\"", "interface = \"eth7\""),
+    )
+    .expect("write");
+    let out = braid(&["run", "--config", path.to_str().expect("utf-8")], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: uplinks[0].interface: no such interface \"eth7\""),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[test]
+fn cert_issue_refuses_to_overwrite_and_rejects_bad_names() {
+    let dir = pki("cert");
+    let d = dir.to_str().expect("utf-8");
+    let again = braid(&["cert", "issue", "--ca", d, "--name", "site1"], &[]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("site1.key"));
+    let bad = braid(&["cert", "issue", "--ca", d, "--name", "a/b"], &[]);
+    assert_eq!(bad.status.code(), Some(1));
+    let no_ca = braid(
+        &["cert", "issue", "--ca", "/nonexistent", "--name", "x"],
+        &[],
+    );
+    assert!(
+        String::from_utf8_lossy(&no_ca.stderr)
+            .starts_with("error: cannot read /nonexistent/ca.pem")
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+/// The shipped examples pass `check-config` on a host that has their interfaces.
+#[test]
+fn shipped_example_configs_pass_check_config() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root to make the example's interfaces"
+    );
+    let dir = pki("examples");
+    for f in ["entry.toml", "exit.toml"] {
+        std::fs::copy(repo().join("config").join(f), dir.join(f)).expect("copy example");
+    }
+    let ns = format!("braid-cli-{}", std::process::id());
+    let ip = |args: &[&str]| {
+        assert!(
+            Command::new("ip")
+                .args(args)
+                .status()
+                .expect("ip")
+                .success(),
+            "ip {args:?}"
+        )
+    };
+    ip(&["netns", "add", &ns]);
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _cleanup = Cleanup(ns.clone());
+    // This kernel has no dummy interfaces: a veth pair provides both names.
+    ip(&[
+        "-n", &ns, "link", "add", "name", "eth1", "type", "veth", "peer", "name", "wwan0",
+    ]);
+    for (f, cert) in [("entry.toml", "branch-01"), ("exit.toml", "exit")] {
+        let path = dir.join(f);
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                braid_bin(),
+                "check-config",
+                "--config",
+                path.to_str().expect("utf-8"),
+            ])
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{f} ({cert}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+    }
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}

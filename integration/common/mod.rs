@@ -1,0 +1,218 @@
+//! Harness for tests that run braid in the network-namespace testbed
+//! (`integration/testbed.sh`). Needs root. Testbeds are built one at a time (a
+//! process-wide lock) and torn down by `Drop`, also when a test fails.
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub const SERVER_V4: &str = "198.18.100.2";
+pub const SERVER_V6: &str = "fd00:100::2";
+pub const CLIENT_V4: &str = "198.18.1.2";
+pub const CLIENT2_V4: &str = "198.18.2.2";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn braid_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_braid")
+}
+
+pub struct Testbed {
+    pub name: String,
+    pub state: PathBuf,
+    env: Vec<(String, String)>,
+    children: Vec<Child>,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Testbed {
+    /// Builds the testbed `name` with the script's environment knobs (RATES, DELAYS...).
+    pub fn up(name: &str, env: &[(&str, &str)]) -> Testbed {
+        let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the end-to-end tests build network namespaces and need root"
+        );
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push(("BRAID".into(), braid_bin().into()));
+        env.push(("LINKEMU".into(), env!("CARGO_BIN_EXE_braid-linkemu").into()));
+        let tb = Testbed {
+            name: name.to_string(),
+            state: PathBuf::from("/tmp/braid-testbed").join(name),
+            env,
+            children: Vec::new(),
+            _lock: lock,
+        };
+        tb.script("up");
+        tb
+    }
+
+    /// Writes certificates and configs and starts the gateways; returns once every
+    /// site's client reaches the server through the tunnel.
+    pub fn start(&self) {
+        self.script("start");
+    }
+
+    fn script(&self, cmd: &str) {
+        let out = Command::new("bash")
+            .arg(repo().join("integration/testbed.sh"))
+            .args([cmd, &self.name])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run testbed.sh");
+        assert!(
+            out.status.success(),
+            "testbed.sh {cmd} {} failed:\n{}{}\nlogs:\n{}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+    }
+
+    pub fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.name)
+    }
+
+    /// Runs a command in a namespace and waits for it.
+    pub fn run(&self, role: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns(role)])
+            .args(args)
+            .output()
+            .expect("run ip netns exec")
+    }
+
+    /// Runs a command in a namespace, asserting success, and returns its stdout.
+    pub fn ok(&self, role: &str, args: &[&str]) -> String {
+        let out = self.run(role, args);
+        assert!(
+            out.status.success(),
+            "{args:?} in {role} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts a command in a namespace; it is killed when the testbed goes down.
+    /// Waits for its first line of output when `wait_ready` (the helpers print
+    /// "ready" once they listen).
+    pub fn spawn(&mut self, role: &str, args: &[&str], wait_ready: bool) -> usize {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.ns(role)])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn in namespace");
+        if wait_ready {
+            use std::io::BufRead;
+            let stdout = child.stdout.take().expect("piped stdout");
+            let mut reader = std::io::BufReader::new(stdout);
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read helper output");
+            assert_eq!(line.trim(), "ready", "{args:?} did not get ready");
+            child.stdout = Some(reader.into_inner());
+        }
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    /// Waits for a spawned command and returns its remaining stdout.
+    pub fn wait(&mut self, handle: usize, timeout: Duration) -> String {
+        let child = &mut self.children[handle];
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                let mut out = String::new();
+                if let Some(mut s) = child.stdout.take() {
+                    use std::io::Read;
+                    s.read_to_string(&mut out).expect("read stdout");
+                }
+                assert!(status.success(), "helper failed ({status}): {out}");
+                return out;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "helper timed out\nlogs:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn blob(&self) -> String {
+        repo().join("integration/blob.py").display().to_string()
+    }
+
+    /// The gateways' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for f in ["exit.log", "site1.log", "site2.log"] {
+            if let Ok(text) = std::fs::read_to_string(self.state.join(f)) {
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                out.push_str(&format!("== {f}\n"));
+                for l in tail.into_iter().rev() {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    pub fn log(&self, file: &str) -> String {
+        std::fs::read_to_string(self.state.join(file)).unwrap_or_default()
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.state.join(file)
+    }
+
+    /// Bytes sent on a router's interface (tbf counters), to see which uplinks carried
+    /// traffic.
+    pub fn tx_bytes(&self, role: &str, dev: &str) -> u64 {
+        let out = self.ok(
+            role,
+            &["cat", &format!("/sys/class/net/{dev}/statistics/tx_bytes")],
+        );
+        out.trim().parse().expect("tx_bytes is a number")
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("bash")
+            .arg(repo().join("integration/testbed.sh"))
+            .args(["down", &self.name])
+            .output();
+    }
+}
+
+/// Parses "received BYTES SHA SECONDS" or "sent BYTES SHA" from a helper's output.
+pub fn digest(output: &str, word: &str) -> (u64, String, f64) {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with(word))
+        .unwrap_or_else(|| panic!("no {word:?} line in {output:?}"));
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    (
+        parts[1].parse().expect("byte count"),
+        parts[2].to_string(),
+        parts.get(3).map_or(0.0, |s| s.parse().expect("seconds")),
+    )
+}

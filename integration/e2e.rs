@@ -1,0 +1,297 @@
+//! End-to-end tests: real TUN devices, real QUIC, real TCP and UDP, in network
+//! namespaces built by `integration/testbed.sh`. Run as root.
+// Test code: a failed expectation is a failed test, and timeouts use the wall clock.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::disallowed_methods)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use braid::cert::TlsMaterial;
+use braid::config::TlsConfig;
+use braid::core::lane::Colour;
+use braid::core::wire::{Hello, PROTOCOL_VERSION};
+use common::*;
+
+const MB50: &str = "52428800";
+
+fn ping_ok(tb: &Testbed, from: &str, to: &str, count: u32) {
+    let out = tb.ok(
+        from,
+        &[
+            "ping",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.02",
+            "-s",
+            "1200",
+            "-W",
+            "2",
+            to,
+        ],
+    );
+    assert!(
+        out.contains(" 0% packet loss"),
+        "ping {to} from {from} lost packets:\n{out}"
+    );
+}
+
+#[test]
+fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
+    let tb = Testbed::up("e2eping", &[("RATES", "16 32 50")]);
+    tb.start();
+    let sent = |dir: &str| -> Vec<u64> {
+        (1..=3)
+            .map(|i| tb.tx_bytes(&format!("r{i}"), dir))
+            .collect()
+    };
+    let (up0, down0) = (sent("b"), sent("a"));
+    ping_ok(&tb, "cl", SERVER_V4, 30);
+    ping_ok(&tb, "sv", CLIENT_V4, 30);
+    let (up1, down1) = (sent("b"), sent("a"));
+    for i in 0..3 {
+        // Round-robin gives each of the 3 lanes ~10 of the 30 1228-byte packets each
+        // way; keep-alives alone add ~1 KB in this time.
+        let (up, down) = (up1[i] - up0[i], down1[i] - down0[i]);
+        println!("uplink {}: {up} bytes up, {down} bytes down", i + 1);
+        assert!(
+            up > 8 * 1228 && down > 8 * 1228,
+            "uplink {} carried too little: up {up} down {down}",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn tcp_50mb_arrives_intact_in_each_direction() {
+    let mut tb = Testbed::up("e2etcp", &[("RATES", "16 32 50")]);
+    tb.start();
+    let blob = tb.blob();
+
+    let server = tb.spawn("sv", &["python3", &blob, "serve", "5001", MB50], true);
+    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5001"]);
+    let sent = tb.wait(server, Duration::from_secs(120));
+    let (n, sha, secs) = digest(&got, "received");
+    assert_eq!(
+        (n, sha.clone()),
+        (digest(&sent, "sent").0, digest(&sent, "sent").1),
+        "download corrupted"
+    );
+    println!(
+        "download: {n} bytes intact in {secs:.1} s = {:.1} Mbit/s",
+        n as f64 * 8.0 / secs / 1e6
+    );
+
+    let sink = tb.spawn("sv", &["python3", &blob, "sink", "5002"], true);
+    let pushed = tb.ok("cl", &["python3", &blob, "push", SERVER_V4, "5002", MB50]);
+    let got = tb.wait(sink, Duration::from_secs(120));
+    let (n, sha_up, secs) = digest(&got, "received");
+    assert_eq!(
+        (n, sha_up),
+        (digest(&pushed, "sent").0, digest(&pushed, "sent").1),
+        "upload corrupted"
+    );
+    println!(
+        "upload: {n} bytes intact in {secs:.1} s = {:.1} Mbit/s",
+        n as f64 * 8.0 / secs / 1e6
+    );
+}
+
+#[test]
+fn udp_and_ipv6_cross_the_tunnel_over_ipv6_uplinks() {
+    // IPv6 uplinks as well: the lanes run over the exit's IPv6 address.
+    let mut tb = Testbed::up(
+        "e2eudp6",
+        &[
+            ("RATES", "16 32 50"),
+            ("EXIT_ADDRESS", "[fd00:19:200::1]:4433"),
+        ],
+    );
+    tb.start();
+    assert!(
+        tb.log("site1.log").contains("peer=[fd00:19:200::1]:4433"),
+        "lanes are not over IPv6"
+    );
+    let blob = tb.blob();
+    tb.spawn("sv", &["python3", &blob, "udp-echo", "6000"], true);
+    for server in [SERVER_V4, SERVER_V6] {
+        let out = tb.ok("cl", &["python3", &blob, "udp-ping", server, "6000", "60"]);
+        assert!(out.contains("echoed 60 of 60"), "UDP to {server}: {out}");
+    }
+    ping_ok(&tb, "cl", SERVER_V6, 20);
+    ping_ok(&tb, "sv", "fd00:1::2", 20);
+    let server = tb.spawn("sv", &["python3", &blob, "serve", "5003", "2000000"], true);
+    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V6, "5003"]);
+    let sent = tb.wait(server, Duration::from_secs(60));
+    assert_eq!(
+        digest(&got, "received").1,
+        digest(&sent, "sent").1,
+        "TCP over IPv6 corrupted"
+    );
+}
+
+#[test]
+fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
+    let mut tb = Testbed::up("e2esites", &[("RATES", "0 0"), ("SITES", "2")]);
+    tb.start(); // returns once both sites' clients reach the server
+    ping_ok(&tb, "sv", CLIENT_V4, 10);
+    ping_ok(&tb, "sv", CLIENT2_V4, 10);
+
+    // Site 2's host claims an address of site 1; its entry forwards whatever its LAN
+    // sends, so only the exit stands between it and the server.
+    tb.ok("c2", &["ip", "addr", "add", "198.18.1.99/32", "dev", "lan"]);
+    let blob = tb.blob();
+    let counter = tb.spawn("sv", &["python3", &blob, "udp-count", "6001", "3"], true);
+    tb.ok(
+        "c2",
+        &[
+            "python3",
+            &blob,
+            "udp-send",
+            "198.18.1.99",
+            SERVER_V4,
+            "6001",
+            "50",
+        ],
+    );
+    tb.ok(
+        "c2",
+        &[
+            "python3", &blob, "udp-send", CLIENT2_V4, SERVER_V4, "6001", "50",
+        ],
+    );
+    let counts = tb.wait(counter, Duration::from_secs(30));
+    assert!(
+        counts.contains(&format!("from {CLIENT2_V4} 50")),
+        "site 2's own packets must arrive: {counts}"
+    );
+    assert!(
+        !counts.contains("198.18.1.99"),
+        "a spoofed packet reached the server: {counts}"
+    );
+    assert!(
+        tb.log("exit.log").contains("reason=\"spoofed\""),
+        "the exit did not count the spoofed packets"
+    );
+}
+
+/// Runs `f` on a thread inside the namespace `ns` (its sockets live there).
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open netns");
+        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+fn tls_client(
+    dir: &std::path::Path,
+    ca_dir: &std::path::Path,
+    name: &str,
+) -> Arc<rustls::ClientConfig> {
+    let material = TlsMaterial::load(&TlsConfig {
+        ca: ca_dir.join("ca.pem"),
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}.key")),
+    })
+    .expect("TLS material");
+    braid::lane::client::tls_config(&material).expect("client TLS")
+}
+
+#[test]
+fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
+    let tb = Testbed::up("e2eauth", &[("RATES", "0")]);
+    tb.start();
+    let state = tb.state.clone();
+    // A second CA with a certificate that claims to be site1; a real certificate for a
+    // site the exit does not serve.
+    let foreign = state.join("foreign");
+    braid::cert::init_ca(&foreign).expect("foreign CA");
+    braid::cert::issue(&foreign, "site1").expect("foreign cert");
+    braid::cert::issue(&state, "site9").expect("site9 cert");
+
+    let results = in_netns(&tb.ns("en"), move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let exit: SocketAddr = "198.19.200.1:4433".parse().expect("addr");
+            let any: SocketAddr = "0.0.0.0:0".parse().expect("addr");
+            let hello = |site: &str| Hello {
+                version: PROTOCOL_VERSION,
+                site: site.into(),
+                uplink: "probe".into(),
+                colour: Colour::Blue,
+                down_kbps: None,
+            };
+            let open = |tls, site: &'static str| {
+                let h = hello(site);
+                async move { braid::lane::client::open_lane(any, None, exit, "exit", tls, &h).await }
+            };
+            let foreign_ca = open(tls_client(&foreign, &state, "site1"), "site1").await;
+            let wrong_site = open(tls_client(&state, &state, "site1"), "site2").await;
+            let unserved = open(tls_client(&state, &state, "site9"), "site9").await;
+
+            // Garbage at the exit's UDP port.
+            let udp = std::net::UdpSocket::bind(any).expect("udp");
+            for i in 0..100u8 {
+                udp.send_to(&[i; 200], exit).expect("send garbage");
+            }
+            // A genuine lane that sends datagrams which are not IP packets, and
+            // a packet with another site's source address.
+            let (conn, endpoint) = open(tls_client(&state, &state, "site1"), "site1").await.expect("genuine lane");
+            for _ in 0..10 {
+                conn.send_datagram(bytes::Bytes::from_static(b"not an IP packet")).expect("datagram");
+            }
+            let mut buf = Vec::new();
+            etherparse::PacketBuilder::ipv4([198, 18, 2, 2], [198, 18, 100, 2], 64)
+                .udp(1, 2)
+                .write(&mut buf, b"spoof")
+                .expect("build");
+            conn.send_datagram(buf.into()).expect("datagram");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Close properly, so that the exit stops scheduling onto this lane now
+            // rather than at its idle timeout.
+            conn.close(0u32.into(), b"done");
+            endpoint.wait_idle().await;
+            (
+                foreign_ca.err().map(|e| format!("{e:#}")),
+                wrong_site.err().map(|e| format!("{e:#}")),
+                unserved.err().map(|e| format!("{e:#}")),
+            )
+        })
+    });
+    let (foreign_ca, wrong_site, unserved) = results;
+    println!("foreign CA: {foreign_ca:?}\nwrong site: {wrong_site:?}\nunserved: {unserved:?}");
+    assert!(
+        foreign_ca.is_some(),
+        "a certificate from another CA was accepted"
+    );
+    assert!(
+        wrong_site
+            .expect("a false site id was accepted")
+            .contains("not the certificate's")
+    );
+    assert!(
+        unserved
+            .expect("an unserved site was accepted")
+            .contains("not served by this exit")
+    );
+    let exit_log = tb.log("exit.log");
+    for reason in ["unauthenticated", "malformed", "spoofed"] {
+        assert!(
+            exit_log.contains(&format!("reason=\"{reason}\"")),
+            "the exit did not count {reason}:\n{exit_log}"
+        );
+    }
+    // The exit carried on: the real site still reaches the server.
+    ping_ok(&tb, "cl", SERVER_V4, 10);
+}
