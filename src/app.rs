@@ -19,6 +19,7 @@ use crate::core::engine::{DataPath, EngineConfig, Role, SiteSpec};
 use crate::core::lane::Colour;
 use crate::driver::Driver;
 use crate::lane::{self, client::Dialer};
+use crate::metrics::Metrics;
 use crate::tun::Tun;
 
 /// How long lanes get to close after the data path stopped.
@@ -27,6 +28,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Runs a gateway until SIGTERM or SIGINT.
 pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     let material = TlsMaterial::load(&config.tls)?;
+    let metrics = Arc::new(Metrics::new()?);
+    let admin = crate::admin::bind(config.admin.listen).await?;
     let clock = Clock::new();
     let shutdown = CancellationToken::new();
     let (events_tx, events_rx) = mpsc::channel(256);
@@ -94,7 +97,19 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         }),
     });
     tasks.spawn(watch_signals(shutdown.clone(), config_path));
-    let driver = Driver::new(engine, clock, tun, config.tun.mtu as usize, events_rx);
+    tasks.spawn(crate::admin::serve(
+        admin,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let driver = Driver::new(
+        engine,
+        metrics,
+        clock,
+        tun,
+        config.tun.mtu as usize,
+        events_rx,
+    );
     driver.run(shutdown.clone()).await;
     shutdown.cancel();
     if tokio::time::timeout(SHUTDOWN_GRACE, async {

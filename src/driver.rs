@@ -22,7 +22,8 @@ use crate::core::engine::{DataPath, SiteIdx, TunVerdict};
 use crate::core::lane::{Colour, LaneId, LaneView};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::lane::{LaneEvent, NewLane};
+use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
+use crate::metrics::{LaneMetrics, Metrics};
 use crate::tun::Tun;
 
 /// Packets handled per wake-up before the loop looks at its other inputs again.
@@ -34,17 +35,11 @@ const LANE_QUEUE_PACKETS: usize = 4096;
 /// Lane snapshots are refreshed from quinn at most this often.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
 
-/// Per-lane counters shared between the driver and the lane's tasks.
-#[derive(Debug, Default)]
-pub struct LaneCounters {
+/// State of a lane shared between the driver and the lane's tasks.
+struct LaneShared {
     /// Bytes handed to the lane's send task and not yet accepted by quinn.
-    pub queued: AtomicU64,
-    pub tx_bytes: AtomicU64,
-    pub tx_packets: AtomicU64,
-    pub rx_bytes: AtomicU64,
-    pub rx_packets: AtomicU64,
-    /// Datagrams quinn refused (connection lost, too large).
-    pub send_failures: AtomicU64,
+    queued: AtomicU64,
+    metrics: LaneMetrics,
 }
 
 /// What lane receive tasks send to the driver.
@@ -56,9 +51,11 @@ enum LaneInput {
 struct LaneIo {
     conn: quinn::Connection,
     queue: mpsc::Sender<Bytes>,
-    counters: Arc<LaneCounters>,
+    shared: Arc<LaneShared>,
     key: LaneKey,
     colour: Colour,
+    /// quinn's lost-packet count at the last refresh, to feed the metric its growth.
+    lost_seen: u64,
 }
 
 /// A site's lane over one uplink in one colour: at most one is live at a time.
@@ -71,6 +68,7 @@ struct LaneKey {
 
 pub struct Driver {
     engine: DataPath,
+    metrics: Arc<Metrics>,
     clock: Clock,
     tun: Arc<Tun>,
     tun_mtu: usize,
@@ -86,6 +84,7 @@ pub struct Driver {
 impl Driver {
     pub fn new(
         engine: DataPath,
+        metrics: Arc<Metrics>,
         clock: Clock,
         tun: Tun,
         tun_mtu: usize,
@@ -94,6 +93,7 @@ impl Driver {
         let (input_tx, input_rx) = mpsc::channel(4096);
         Driver {
             engine,
+            metrics,
             clock,
             tun: Arc::new(tun),
             tun_mtu,
@@ -164,10 +164,7 @@ impl Driver {
     fn handle_event(&mut self, event: LaneEvent) {
         match event {
             LaneEvent::Up(lane) => self.add_lane(lane),
-            LaneEvent::Refused { reason, detail } => {
-                self.engine.count(reason);
-                self.log_drop(reason, &detail);
-            }
+            LaneEvent::Refused { reason, detail } => self.count_drop(reason, &detail),
         }
     }
 
@@ -200,22 +197,36 @@ impl Driver {
             }
         }
         let id = self.engine.add_lane(site_idx, colour);
-        let counters = Arc::new(LaneCounters::default());
+        let shared = Arc::new(LaneShared {
+            queued: AtomicU64::new(0),
+            metrics: self
+                .metrics
+                .lane(self.engine.site_id(site_idx), &key.uplink, colour),
+        });
+        shared.metrics.up.set(1);
         let (queue, queue_rx) = mpsc::channel(LANE_QUEUE_PACKETS);
-        tokio::spawn(send_loop(conn.clone(), queue_rx, counters.clone()));
+        tokio::spawn(send_loop(conn.clone(), queue_rx, shared.clone()));
         tokio::spawn(receive_loop(
             id,
             conn.clone(),
             self.input_tx.clone(),
-            counters.clone(),
+            shared.clone(),
         ));
-        info!(lane = %id, site = self.engine.site_id(site_idx), uplink = %key.uplink, colour = colour.as_str(), peer = %conn.remote_address(), "lane added");
+        info!(
+            lane = %id,
+            site = self.engine.site_id(site_idx),
+            uplink = %key.uplink,
+            colour = colour.as_str(),
+            peer = %conn.remote_address(),
+            "lane added"
+        );
         let io = LaneIo {
             conn,
             queue,
-            counters,
+            shared,
             key: key.clone(),
             colour,
+            lost_seen: 0,
         };
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
@@ -223,6 +234,7 @@ impl Driver {
         }
         self.lanes[slot] = Some(io);
         self.live.insert(key, id);
+        self.metrics.set_lanes_up(self.live.len());
         self.refresh_lane(id);
     }
 
@@ -233,11 +245,11 @@ impl Driver {
                     Ok(()) => match self.tun.write(&datagram) {
                         Ok(_) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            self.drop_packet(DropReason::QueueFull);
+                            self.count_drop(DropReason::QueueFull, "the TUN device is full");
                         }
                         Err(e) => debug!(error = %e, "writing to the TUN device"),
                     },
-                    Err(reason) => self.log_drop(reason, "from a lane"),
+                    Err(reason) => self.count_drop(reason, "from a lane"),
                 }
             }
             LaneInput::Closed(lane) => {
@@ -245,6 +257,8 @@ impl Driver {
                 if let Some(io) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take) {
                     if self.live.get(&io.key) == Some(&lane) {
                         self.live.remove(&io.key);
+                        io.shared.metrics.up.set(0);
+                        self.metrics.set_lanes_up(self.live.len());
                     }
                     info!(lane = %lane, uplink = %io.key.uplink, "lane removed");
                 }
@@ -256,37 +270,35 @@ impl Driver {
         match self.engine.handle_tun_packet(&mut packet, now) {
             TunVerdict::Forward(lane) => {
                 let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) else {
-                    return self.drop_packet(DropReason::NoLane);
+                    return self.count_drop(DropReason::NoLane, "the lane is gone");
                 };
                 let len = packet.len() as u64;
-                if io.counters.queued.load(Ordering::Relaxed) + len > LANE_QUEUE_LIMIT {
-                    return self.drop_packet(DropReason::QueueFull);
+                let queued = &io.shared.queued;
+                if queued.load(Ordering::Relaxed) + len > LANE_QUEUE_LIMIT {
+                    return self.count_drop(DropReason::QueueFull, "the lane's queue is full");
                 }
-                io.counters.queued.fetch_add(len, Ordering::Relaxed);
+                queued.fetch_add(len, Ordering::Relaxed);
                 if io.queue.try_send(packet.freeze()).is_err() {
-                    io.counters.queued.fetch_sub(len, Ordering::Relaxed);
-                    self.drop_packet(DropReason::QueueFull);
+                    queued.fetch_sub(len, Ordering::Relaxed);
+                    self.count_drop(DropReason::QueueFull, "the lane's queue is full");
                 }
             }
             TunVerdict::Reply(n) => {
                 if let Err(e) = self.tun.write(self.engine.reply(n)) {
                     debug!(error = %e, "writing an ICMP error to the TUN device");
                 }
-                self.log_drop(DropReason::TooBig, "larger than the lane carries");
+                self.count_drop(DropReason::TooBig, "larger than the lane carries");
             }
-            TunVerdict::Drop(reason) => self.log_drop(reason, "from the TUN device"),
+            TunVerdict::Drop(reason) => self.count_drop(reason, "from the TUN device"),
         }
     }
 
-    fn drop_packet(&mut self, reason: DropReason) {
-        self.engine.count(reason);
-        self.log_drop(reason, "");
-    }
-
-    /// Logs the first drop of each reason as a warning, later ones at trace level.
-    /// Link-local chatter of the kernel is expected and never warned about.
-    fn log_drop(&self, reason: DropReason, detail: &str) {
-        if self.engine.drops().get(reason) == 1 && reason != DropReason::LinkLocal {
+    /// Counts a drop; logs the first of each reason as a warning, later ones at trace
+    /// level. Link-local chatter of the kernel is expected and never warned about.
+    fn count_drop(&self, reason: DropReason, detail: &str) {
+        let counter = self.metrics.dropped(reason);
+        counter.inc();
+        if counter.get() == 1 && reason != DropReason::LinkLocal {
             warn!(
                 reason = reason.as_str(),
                 detail, "dropped a packet (first of its kind; later ones are only counted)"
@@ -298,7 +310,7 @@ impl Driver {
 
     fn log_drops(&self) {
         for reason in DropReason::ALL {
-            let n = self.engine.drops().get(reason);
+            let n = self.metrics.dropped(reason).get();
             if n > 0 {
                 info!(reason = reason.as_str(), packets = n, "dropped in total");
             }
@@ -318,12 +330,13 @@ impl Driver {
     /// Reads a lane's state from quinn (each accessor takes quinn's connection lock,
     /// hence once per batch, not per packet).
     fn refresh_lane(&mut self, id: LaneId) {
-        let Some(io) = self.lanes.get(id.0 as usize).and_then(Option::as_ref) else {
+        let Some(io) = self.lanes.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
         let max_datagram = io.conn.max_datagram_size().unwrap_or(0);
-        let in_quinn = crate::lane::QUINN_DATAGRAM_SEND_BUFFER
-            .saturating_sub(io.conn.datagram_send_buffer_space()) as u64;
+        let in_quinn =
+            QUINN_DATAGRAM_SEND_BUFFER.saturating_sub(io.conn.datagram_send_buffer_space()) as u64;
+        let path = io.conn.stats().path;
         let view = LaneView {
             id,
             colour: io.colour,
@@ -331,10 +344,17 @@ impl Driver {
                 && io.conn.close_reason().is_none()
                 && self.live.get(&io.key) == Some(&id),
             srtt: io.conn.rtt(),
-            cwnd: io.conn.stats().path.cwnd,
-            fill: io.counters.queued.load(Ordering::Relaxed) + in_quinn,
+            cwnd: path.cwnd,
+            fill: io.shared.queued.load(Ordering::Relaxed) + in_quinn,
             max_datagram,
         };
+        let m = &io.shared.metrics;
+        m.srtt.set(view.srtt.as_secs_f64());
+        m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
+        m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
+        m.lost
+            .inc_by(path.lost_packets.saturating_sub(io.lost_seen));
+        io.lost_seen = path.lost_packets;
         self.engine.update_lane(view);
     }
 }
@@ -342,31 +362,27 @@ impl Driver {
 async fn send_loop(
     conn: quinn::Connection,
     mut queue: mpsc::Receiver<Bytes>,
-    counters: Arc<LaneCounters>,
+    shared: Arc<LaneShared>,
 ) {
     while let Some(datagram) = queue.recv().await {
         let len = datagram.len() as u64;
         let sent = conn.send_datagram_wait(datagram).await;
-        counters.queued.fetch_sub(len, Ordering::Relaxed);
+        shared.queued.fetch_sub(len, Ordering::Relaxed);
         match sent {
             Ok(()) => {
-                counters.tx_packets.fetch_add(1, Ordering::Relaxed);
-                counters.tx_bytes.fetch_add(len, Ordering::Relaxed);
+                shared.metrics.tx_packets.inc();
+                shared.metrics.tx_bytes.inc_by(len);
             }
             Err(quinn::SendDatagramError::ConnectionLost(_)) => break,
-            Err(e) => {
-                counters.send_failures.fetch_add(1, Ordering::Relaxed);
-                debug!(error = %e, "quinn refused a datagram");
-            }
+            Err(e) => debug!(error = %e, "quinn refused a datagram"),
         }
     }
     // Whatever is still queued is lost with the lane; give its bytes back.
     queue.close();
     while let Ok(datagram) = queue.try_recv() {
-        counters
+        shared
             .queued
             .fetch_sub(datagram.len() as u64, Ordering::Relaxed);
-        counters.send_failures.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -374,13 +390,11 @@ async fn receive_loop(
     id: LaneId,
     conn: quinn::Connection,
     input: mpsc::Sender<LaneInput>,
-    counters: Arc<LaneCounters>,
+    shared: Arc<LaneShared>,
 ) {
     while let Ok(datagram) = conn.read_datagram().await {
-        counters.rx_packets.fetch_add(1, Ordering::Relaxed);
-        counters
-            .rx_bytes
-            .fetch_add(datagram.len() as u64, Ordering::Relaxed);
+        shared.metrics.rx_packets.inc();
+        shared.metrics.rx_bytes.inc_by(datagram.len() as u64);
         if input.send(LaneInput::Datagram(id, datagram)).await.is_err() {
             return;
         }

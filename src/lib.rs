@@ -3,6 +3,7 @@
 //! `core` is pure (no I/O, no clock); everything else is the I/O shell around it.
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod app;
 pub mod cert;
 pub mod cli;
@@ -11,5 +12,6 @@ pub mod config;
 pub mod core;
 pub mod driver;
 pub mod lane;
+pub mod metrics;
 pub mod sys;
 pub mod tun;

@@ -203,6 +203,58 @@ impl Drop for Testbed {
     }
 }
 
+/// Runs `f` on a thread inside the namespace `ns`, so that its sockets live there.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsFd;
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open netns");
+        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+impl Testbed {
+    /// `GET path` from a gateway's admin API (127.0.0.1:9190 in its namespace):
+    /// (status code, body).
+    pub fn admin_get(&self, role: &str, path: &str) -> (u16, String) {
+        let path = path.to_string();
+        in_netns(&self.ns(role), move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect("127.0.0.1:9190").expect("admin API");
+            write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: braid\r\nConnection: close\r\n\r\n"
+            )
+            .expect("request");
+            let mut text = String::new();
+            s.read_to_string(&mut text).expect("response");
+            let status = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .expect("status");
+            let body = text
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default();
+            (status, body)
+        })
+    }
+
+    /// The value of one sample of a gateway's metrics, e.g.
+    /// `braid_packets_dropped_total{reason="spoofed"}`; 0 when absent.
+    pub fn metric(&self, role: &str, sample: &str) -> f64 {
+        let (status, body) = self.admin_get(role, "/metrics");
+        assert_eq!(status, 200, "GET /metrics: {body}");
+        body.lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+}
+
 /// Parses "received BYTES SHA SECONDS" or "sent BYTES SHA" from a helper's output.
 pub fn digest(output: &str, word: &str) -> (u64, String, f64) {
     let line = output

@@ -16,7 +16,7 @@ use super::lane::{Colour, LaneId, LaneView};
 use super::packet::PacketInfo;
 use super::route::PrefixMap;
 use super::sched::{Algorithm, Scheduler};
-use super::stats::{DropCounters, DropReason};
+use super::stats::DropReason;
 use super::time::Instant;
 
 /// Which end of the tunnel this gateway is.
@@ -86,7 +86,6 @@ pub struct DataPath {
     tun_mtu: usize,
     tun_v4: Option<Ipv4Addr>,
     tun_v6: Option<Ipv6Addr>,
-    drops: DropCounters,
     reply: [u8; MAX_REPLY_LEN],
 }
 
@@ -116,7 +115,6 @@ impl DataPath {
             tun_mtu: config.tun_mtu,
             tun_v4: config.tun_v4,
             tun_v6: config.tun_v6,
-            drops: DropCounters::default(),
             reply: [0; MAX_REPLY_LEN],
         }
     }
@@ -181,11 +179,8 @@ impl DataPath {
         self.sites.iter().any(|s| s.lanes.iter().any(|l| l.up))
     }
 
-    pub fn drops(&self) -> &DropCounters {
-        &self.drops
-    }
-
-    /// The ICMP reply of the last [`TunVerdict::Reply`].
+    /// The ICMP reply of the last [`TunVerdict::Reply`] (the packet itself is dropped,
+    /// counted as `too_big`).
     pub fn reply(&self, len: usize) -> &[u8] {
         &self.reply[..len.min(MAX_REPLY_LEN)]
     }
@@ -195,16 +190,16 @@ impl DataPath {
     pub fn handle_tun_packet(&mut self, buf: &mut [u8], now: Instant) -> TunVerdict {
         let info = match PacketInfo::parse(buf) {
             Ok(info) => info,
-            Err(_) => return self.drop(DropReason::Malformed),
+            Err(_) => return TunVerdict::Drop(DropReason::Malformed),
         };
         if info.to_link_local() {
-            return self.drop(DropReason::LinkLocal);
+            return TunVerdict::Drop(DropReason::LinkLocal);
         }
         let site = match self.role {
             Role::Entry => SiteIdx(0),
             Role::Exit => match self.site_by_prefix.lookup(info.dst) {
                 Some(site) => site,
-                None => return self.drop(DropReason::NoSite),
+                None => return TunVerdict::Drop(DropReason::NoSite),
             },
         };
         info.clamp_tcp_mss(buf, self.max_mss(info.is_ipv6()));
@@ -213,13 +208,12 @@ impl DataPath {
             .scheduler
             .pick(info.flow_key(), info.len, &site.lanes, now)
         else {
-            return self.drop(DropReason::NoLane);
+            return TunVerdict::Drop(DropReason::NoLane);
         };
         let lane = site.lanes[i];
         if info.len <= lane.max_datagram {
             return TunVerdict::Forward(lane.id);
         }
-        self.drops.count(DropReason::TooBig);
         if !info.dont_fragment {
             return TunVerdict::Drop(DropReason::TooBig);
         }
@@ -245,27 +239,17 @@ impl DataPath {
     ) -> Result<(), DropReason> {
         let info = match PacketInfo::parse(buf) {
             Ok(info) => info,
-            Err(_) => return Err(self.count(DropReason::Malformed)),
+            Err(_) => return Err(DropReason::Malformed),
         };
         if self.role == Role::Exit {
             let Some(Some(slot)) = self.lanes.get(lane.0 as usize) else {
-                return Err(self.count(DropReason::NoLane));
+                return Err(DropReason::NoLane);
             };
             if self.site_by_prefix.lookup(info.src) != Some(slot.site) {
-                return Err(self.count(DropReason::Spoofed));
+                return Err(DropReason::Spoofed);
             }
         }
         Ok(())
-    }
-
-    /// Counts a drop that happened in the shell (a full lane queue, a refused peer).
-    pub fn count(&mut self, reason: DropReason) -> DropReason {
-        self.drops.count(reason);
-        reason
-    }
-
-    fn drop(&mut self, reason: DropReason) -> TunVerdict {
-        TunVerdict::Drop(self.count(reason))
     }
 
     /// Largest TCP MSS that fits a packet of the TUN MTU into one datagram.
@@ -355,7 +339,6 @@ mod tests {
             e.handle_tun_packet(&mut elsewhere, Instant::ZERO),
             TunVerdict::Drop(DropReason::NoSite)
         );
-        assert_eq!(e.drops().get(DropReason::NoSite), 1);
     }
 
     #[test]
@@ -386,7 +369,6 @@ mod tests {
         let reply = PacketInfo::parse(e.reply(n)).expect("valid reply");
         assert_eq!(reply.dst, PacketInfo::parse(&pkt).expect("valid").src);
         assert_eq!(reply.src, IpAddr::V4(Ipv4Addr::new(198, 19, 255, 1)));
-        assert_eq!(e.drops().get(DropReason::TooBig), 1);
     }
 
     #[test]

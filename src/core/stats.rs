@@ -1,4 +1,4 @@
-//! Plain counters of the data path. The names of the enums below are the labels of the
+//! What the data path reports. The names of the enums below are the labels of the
 //! Prometheus metrics the shell exports, so they are the user-facing contract.
 
 /// Why a packet was dropped: the `reason` label of `braid_packets_dropped_total`.
@@ -47,28 +47,6 @@ impl DropReason {
             DropReason::Unauthenticated => "unauthenticated",
         }
     }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// Drop counters, one per reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DropCounters([u64; DropReason::ALL.len()]);
-
-impl DropCounters {
-    /// Counts one drop; returns true if it is the first for this reason, so the
-    /// caller can log it once at a visible level.
-    pub fn count(&mut self, reason: DropReason) -> bool {
-        let c = &mut self.0[reason.index()];
-        *c += 1;
-        *c == 1
-    }
-
-    pub fn get(&self, reason: DropReason) -> u64 {
-        self.0[reason.index()]
-    }
 }
 
 #[cfg(test)]
@@ -76,15 +54,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn first_drop_of_each_reason_is_flagged_once() {
-        let mut c = DropCounters::default();
-        assert!(c.count(DropReason::Malformed));
-        assert!(!c.count(DropReason::Malformed));
-        assert!(c.count(DropReason::Spoofed));
-        assert_eq!(c.get(DropReason::Malformed), 2);
-        assert_eq!(c.get(DropReason::NoLane), 0);
+    fn labels_are_unique_and_in_declaration_order() {
         let labels: std::collections::HashSet<_> =
             DropReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(labels.len(), DropReason::ALL.len());
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(
+                *r as usize, i,
+                "ALL must list the reasons in order: metrics index by it"
+            );
+        }
     }
 }
