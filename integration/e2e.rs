@@ -303,3 +303,106 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
     // The exit carried on: the real site still reaches the server.
     ping_ok(&tb, "cl", SERVER_V4, 10);
 }
+
+/// Counts the echo requests of a `ping -i 0.01` that got no reply.
+fn lost_pings(out: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .expect("ping summary");
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    n[0] - n[1]
+}
+
+#[test]
+fn a_broken_uplink_is_avoided_within_half_a_second() {
+    let mut tb = Testbed::up("e2efail", &[("RATES", "0 0 0")]);
+    tb.start();
+    // 400 pings 10 ms apart; after one second the path behind uplink 2 dies (the
+    // router's far side goes down: the entry's own interface stays up, as when a
+    // modem loses its line).
+    let ping = tb.spawn(
+        "cl",
+        &["ping", "-c", "400", "-i", "0.01", "-W", "1", SERVER_V4],
+        false,
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    tb.ok("r2", &["ip", "link", "set", "dev", "b", "down"]);
+    let out = tb.wait(ping, Duration::from_secs(30));
+    let lost = lost_pings(&out);
+    // Round-robin sends every third packet into the dead lane until braid sees that
+    // it went silent (400 ms): about 13 pings, 10 ms each.
+    println!("lost {lost} of 400 pings (10 ms apart) when an uplink broke");
+    assert!(
+        lost <= 25,
+        "{lost} pings lost: the broken lane was used for too long"
+    );
+    assert_eq!(
+        tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up2\"}"),
+        0.0
+    );
+    assert_eq!(
+        tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up1\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn lanes_come_back_when_the_exit_restarts() {
+    let mut tb = Testbed::up("e2erestart", &[("RATES", "0 0 0")]);
+    tb.start();
+    let pid = std::fs::read_to_string(tb.path("exit.pid")).expect("exit pid");
+    let pid = nix::unistd::Pid::from_raw(pid.trim().parse().expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let stopped = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        nix::sys::signal::kill(pid, None).is_err()
+    });
+    assert!(stopped, "the exit did not stop on SIGTERM");
+    assert!(
+        tb.log("exit.log").contains("stopped"),
+        "no clean shutdown:\n{}",
+        tb.logs()
+    );
+    let down = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        tb.admin_get("en", "/healthz").0 == 503
+    });
+    assert!(down, "/healthz did not report the lost lanes");
+
+    let config = tb.path("exit.toml").display().to_string();
+    let exit = tb.spawn("ex", &[braid_bin(), "run", "--config", &config], false);
+    let started = std::time::Instant::now();
+    let back = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        (1..=3).all(|i| {
+            tb.metric(
+                "en",
+                &format!("braid_uplink_up{{site=\"site1\",uplink=\"up{i}\"}}"),
+            ) == 1.0
+        })
+    });
+    assert!(
+        back,
+        "the lanes did not come back within 10 s:\n{}",
+        tb.logs()
+    );
+    println!(
+        "all 3 lanes back {:.1} s after the exit restarted",
+        started.elapsed().as_secs_f64()
+    );
+    ping_ok(&tb, "cl", SERVER_V4, 10);
+
+    // SIGTERM: exit code 0, and the TUN device (with its routes) is gone.
+    let pid = nix::unistd::Pid::from_raw(tb.child_pid(exit) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    tb.wait(exit, Duration::from_secs(10)); // asserts a zero exit status
+    let links = tb.ok("ex", &["ip", "link", "show"]);
+    assert!(
+        !links.contains("braid0"),
+        "the TUN device outlived the gateway:\n{links}"
+    );
+}

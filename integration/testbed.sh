@@ -85,7 +85,7 @@ emulate() { # emulate ROUTER_NS DELAY_MS LOSS_PCT: route both directions through
         inns "$r" ip "$fam" route add default dev ed table 20
     done
     inns "$r" sysctl -qw net.ipv4.conf.eu.rp_filter=0 net.ipv4.conf.ed.rp_filter=0
-    inns "$r" "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
+    ip netns exec "$(ns "$r")" "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
         --dev ed --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
         >>"$state/linkemu-$r.log" 2>&1 &
 }
@@ -202,13 +202,14 @@ start() {
     fi
     write_exit_config "$state/exit.toml"
     write_entry_config en site1 "$uplinks" "$state/site1.toml"
-    inns ex "$braid" run --config "$state/exit.toml" >>"$state/exit.log" 2>&1 &
+    # Not through inns: $! must be the gateway itself (ip netns exec execs it).
+    ip netns exec "$(ns ex)" "$braid" run --config "$state/exit.toml" >>"$state/exit.log" 2>&1 &
     echo $! >"$state/exit.pid"
-    inns en "$braid" run --config "$state/site1.toml" >>"$state/site1.log" 2>&1 &
+    ip netns exec "$(ns en)" "$braid" run --config "$state/site1.toml" >>"$state/site1.log" 2>&1 &
     echo $! >"$state/site1.pid"
     if ip netns list | grep -qw "$(ns e2)"; then
         write_entry_config e2 site2 1 "$state/site2.toml"
-        inns e2 "$braid" run --config "$state/site2.toml" >>"$state/site2.log" 2>&1 &
+        ip netns exec "$(ns e2)" "$braid" run --config "$state/site2.toml" >>"$state/site2.log" 2>&1 &
         echo $! >"$state/site2.pid"
     fi
     # Ready when every site's client reaches the server through the tunnel.

@@ -34,6 +34,12 @@ const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
 const LANE_QUEUE_PACKETS: usize = 4096;
 /// Lane snapshots are refreshed from quinn at most this often.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
+/// Lane snapshots are refreshed at least this often, traffic or not.
+const IDLE_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+/// A lane that received nothing for this long is not scheduled: both ends send at
+/// least a keep-alive every 100 ms, so silence means the path is broken, long before
+/// QUIC's idle timeout closes the connection.
+const LANE_STALL: Duration = Duration::from_millis(400);
 
 /// State of a lane shared between the driver and the lane's tasks.
 struct LaneShared {
@@ -56,6 +62,10 @@ struct LaneIo {
     colour: Colour,
     /// quinn's lost-packet count at the last refresh, to feed the metric its growth.
     lost_seen: u64,
+    /// UDP datagrams quinn had received at the last refresh, and when that count last
+    /// grew: the lane's liveness.
+    rx_seen: u64,
+    rx_progress_at: Instant,
 }
 
 /// A site's lane over one uplink in one colour: at most one is live at a time.
@@ -112,10 +122,14 @@ impl Driver {
         info!(tun = self.tun.name(), "data path running");
         // A handle of our own, so that waiting for the device does not borrow `self`.
         let tun = self.tun.clone();
+        // Keeps lane snapshots and their metrics fresh while no packet flows.
+        let mut idle_refresh = tokio::time::interval(IDLE_REFRESH_INTERVAL);
+        idle_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
+                _ = idle_refresh.tick() => self.refresh_lanes(self.clock.now()),
                 Some(event) = self.events.recv() => self.handle_event(event),
                 Some(input) = self.input_rx.recv() => {
                     let now = self.clock.now();
@@ -227,6 +241,8 @@ impl Driver {
             key: key.clone(),
             colour,
             lost_seen: 0,
+            rx_seen: 0,
+            rx_progress_at: self.clock.now(),
         };
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
@@ -235,7 +251,7 @@ impl Driver {
         self.lanes[slot] = Some(io);
         self.live.insert(key, id);
         self.metrics.set_lanes_up(self.live.len());
-        self.refresh_lane(id);
+        self.refresh_lane(id, self.clock.now());
     }
 
     fn handle_input(&mut self, input: LaneInput, now: Instant) {
@@ -323,24 +339,31 @@ impl Driver {
         }
         self.last_refresh = now;
         for i in 0..self.lanes.len() {
-            self.refresh_lane(LaneId(i as u32));
+            self.refresh_lane(LaneId(i as u32), now);
         }
     }
 
     /// Reads a lane's state from quinn (each accessor takes quinn's connection lock,
     /// hence once per batch, not per packet).
-    fn refresh_lane(&mut self, id: LaneId) {
+    fn refresh_lane(&mut self, id: LaneId, now: Instant) {
         let Some(io) = self.lanes.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
         let max_datagram = io.conn.max_datagram_size().unwrap_or(0);
         let in_quinn =
             QUINN_DATAGRAM_SEND_BUFFER.saturating_sub(io.conn.datagram_send_buffer_space()) as u64;
-        let path = io.conn.stats().path;
+        let stats = io.conn.stats();
+        if stats.udp_rx.datagrams != io.rx_seen {
+            io.rx_seen = stats.udp_rx.datagrams;
+            io.rx_progress_at = now;
+        }
+        let path = stats.path;
+        let alive = now.saturating_since(io.rx_progress_at) < LANE_STALL;
         let view = LaneView {
             id,
             colour: io.colour,
-            up: max_datagram > 0
+            up: alive
+                && max_datagram > 0
                 && io.conn.close_reason().is_none()
                 && self.live.get(&io.key) == Some(&id),
             srtt: io.conn.rtt(),
@@ -349,6 +372,7 @@ impl Driver {
             max_datagram,
         };
         let m = &io.shared.metrics;
+        m.up.set(i64::from(view.up));
         m.srtt.set(view.srtt.as_secs_f64());
         m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
         m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));

@@ -128,6 +128,10 @@ impl Testbed {
         self.children.len() - 1
     }
 
+    pub fn child_pid(&self, handle: usize) -> u32 {
+        self.children[handle].id()
+    }
+
     /// Waits for a spawned command and returns its remaining stdout.
     pub fn wait(&mut self, handle: usize, timeout: Duration) -> String {
         let child = &mut self.children[handle];
