@@ -406,3 +406,74 @@ fn lanes_come_back_when_the_exit_restarts() {
         "the TUN device outlived the gateway:\n{links}"
     );
 }
+
+#[test]
+fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
+    // A TUN MTU above what a lane carries (1434 over IPv4 uplinks), as a user might
+    // configure by mistake: braid must answer for the difference.
+    let mut tb = Testbed::up("e2emtu", &[("RATES", "0"), ("BRAID__TUN__MTU", "1500")]);
+    tb.start();
+    let too_big = tb.run(
+        "cl",
+        &[
+            "ping", "-c", "2", "-M", "do", "-s", "1472", "-W", "1", SERVER_V4,
+        ],
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&too_big.stdout),
+        String::from_utf8_lossy(&too_big.stderr)
+    );
+    assert!(
+        text.contains("mtu = 1434") || text.contains("mtu=1434"),
+        "no fragmentation-needed with MTU 1434:\n{text}"
+    );
+    let too_big6 = tb.run(
+        "cl",
+        &[
+            "ping", "-6", "-c", "2", "-M", "do", "-s", "1452", "-W", "1", SERVER_V6,
+        ],
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&too_big6.stdout),
+        String::from_utf8_lossy(&too_big6.stderr)
+    );
+    assert!(
+        text.contains("mtu = 1434") || text.contains("mtu=1434"),
+        "no packet-too-big with MTU 1434:\n{text}"
+    );
+    let fits = tb.ok(
+        "cl",
+        &[
+            "ping", "-c", "3", "-M", "do", "-s", "1406", "-i", "0.1", SERVER_V4,
+        ],
+    );
+    assert!(fits.contains(" 0% packet loss"), "{fits}");
+    assert!(tb.metric("en", "braid_packets_dropped_total{reason=\"too_big\"}") >= 2.0);
+
+    // The server sees the client's SYN with its MSS lowered to 1434 - 40.
+    let capture = tb.spawn(
+        "sv",
+        &[
+            "tcpdump",
+            "-n",
+            "-v",
+            "-l",
+            "-c",
+            "1",
+            "-i",
+            "srv",
+            "tcp[tcpflags] & tcp-syn != 0 and port 5004",
+        ],
+        false,
+    );
+    std::thread::sleep(Duration::from_millis(1000)); // tcpdump attaches
+    let blob = tb.blob();
+    let server = tb.spawn("sv", &["python3", &blob, "serve", "5004", "5000000"], true);
+    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5004"]);
+    let sent = tb.wait(server, Duration::from_secs(60));
+    assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
+    let syn = tb.wait(capture, Duration::from_secs(10));
+    assert!(syn.contains("mss 1394"), "the SYN was not clamped:\n{syn}");
+}

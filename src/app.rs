@@ -51,12 +51,12 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             (Role::Entry, vec![site], config.tun.routes.clone())
         }
         RoleConfig::Exit(exit) => {
-            let endpoint = lane::server::bind(exit.listen, &material)
+            let listener = lane::server::bind(exit.listen, &material)
                 .with_context(|| format!("listening on {}", exit.listen))?;
             info!(listen = %exit.listen, "accepting lanes");
             let ids: HashSet<String> = exit.sites.iter().map(|s| s.id.clone()).collect();
             tasks.spawn(lane::server::run(
-                endpoint,
+                listener,
                 Arc::new(ids),
                 events_tx.clone(),
                 shutdown.clone(),
@@ -87,14 +87,6 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         sites,
         tun_mtu: config.tun.mtu as usize,
         algorithm: config.scheduler.algorithm,
-        tun_v4: config.tun_address(false).and_then(|a| match a {
-            std::net::IpAddr::V4(a) => Some(a),
-            std::net::IpAddr::V6(_) => None,
-        }),
-        tun_v6: config.tun_address(true).and_then(|a| match a {
-            std::net::IpAddr::V6(a) => Some(a),
-            std::net::IpAddr::V4(_) => None,
-        }),
     });
     tasks.spawn(watch_signals(shutdown.clone(), config_path));
     tasks.spawn(crate::admin::serve(

@@ -185,15 +185,6 @@ impl Config {
         let base = file.parent().unwrap_or(Path::new("."));
         validate(raw, base)
     }
-
-    /// The TUN addresses of one family, for ICMP errors.
-    pub fn tun_address(&self, v6: bool) -> Option<IpAddr> {
-        self.tun
-            .addresses
-            .iter()
-            .map(|n| n.addr())
-            .find(|a| a.is_ipv6() == v6)
-    }
 }
 
 /// The `config` crate appends where a value came from; the path already says it.

@@ -7,13 +7,11 @@
 //! lane, an ICMP reply for the TUN, or a drop reason) and never touches a socket, a
 //! clock or quinn. Per-packet work allocates nothing.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
 use ipnet::IpNet;
 
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneView};
-use super::packet::PacketInfo;
+use super::packet::{PROTO_TCP, PacketInfo};
 use super::route::PrefixMap;
 use super::sched::{Algorithm, Scheduler};
 use super::stats::DropReason;
@@ -48,9 +46,6 @@ pub struct EngineConfig {
     pub sites: Vec<SiteSpec>,
     pub tun_mtu: usize,
     pub algorithm: Algorithm,
-    /// The gateway's own TUN addresses, used as the source of ICMP errors.
-    pub tun_v4: Option<Ipv4Addr>,
-    pub tun_v6: Option<Ipv6Addr>,
 }
 
 /// What to do with a packet read from the TUN device.
@@ -84,8 +79,6 @@ pub struct DataPath {
     /// Lane id -> owning site; `None` for free ids, which are reused.
     lanes: Vec<Option<LaneSlot>>,
     tun_mtu: usize,
-    tun_v4: Option<Ipv4Addr>,
-    tun_v6: Option<Ipv6Addr>,
     reply: [u8; MAX_REPLY_LEN],
 }
 
@@ -113,8 +106,6 @@ impl DataPath {
             site_by_prefix,
             lanes: Vec::new(),
             tun_mtu: config.tun_mtu,
-            tun_v4: config.tun_v4,
-            tun_v6: config.tun_v6,
             reply: [0; MAX_REPLY_LEN],
         }
     }
@@ -202,7 +193,9 @@ impl DataPath {
                 None => return TunVerdict::Drop(DropReason::NoSite),
             },
         };
-        info.clamp_tcp_mss(buf, self.max_mss(info.is_ipv6()));
+        if info.proto == PROTO_TCP {
+            info.clamp_tcp_mss(buf, self.max_mss(site, info.is_ipv6()));
+        }
         let site = &mut self.sites[site.0 as usize];
         let Some(i) = site
             .scheduler
@@ -217,12 +210,8 @@ impl DataPath {
         if !info.dont_fragment {
             return TunVerdict::Drop(DropReason::TooBig);
         }
-        let from = match info.src {
-            IpAddr::V4(_) => self.tun_v4.map(IpAddr::V4),
-            IpAddr::V6(_) => self.tun_v6.map(IpAddr::V6),
-        };
         let mtu = u16::try_from(lane.max_datagram).unwrap_or(u16::MAX);
-        match icmp::write_too_big(buf, info.src, info.dst, mtu, from, &mut self.reply) {
+        match icmp::write_too_big(buf, info.src, info.dst, mtu, &mut self.reply) {
             Some(n) => TunVerdict::Reply(n),
             None => TunVerdict::Drop(DropReason::TooBig),
         }
@@ -252,10 +241,17 @@ impl DataPath {
         Ok(())
     }
 
-    /// Largest TCP MSS that fits a packet of the TUN MTU into one datagram.
-    fn max_mss(&self, ipv6: bool) -> u16 {
+    /// Largest TCP MSS whose segments fit both the TUN MTU and every live lane of the
+    /// site, so that TCP never depends on ICMP errors to find the path MTU.
+    fn max_mss(&self, site: SiteIdx, ipv6: bool) -> u16 {
+        let path_mtu = self.sites[site.0 as usize]
+            .lanes
+            .iter()
+            .filter(|l| l.up)
+            .map(|l| l.max_datagram)
+            .fold(self.tun_mtu, usize::min);
         let headers = if ipv6 { 60 } else { 40 };
-        u16::try_from(self.tun_mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
+        u16::try_from(path_mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
     }
 }
 
@@ -263,6 +259,7 @@ impl DataPath {
 mod tests {
     use super::*;
     use crate::core::packet::tests::{tcp_syn_v4, udp_v6};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     fn exit_engine() -> DataPath {
         DataPath::new(EngineConfig {
@@ -279,8 +276,6 @@ mod tests {
             ],
             tun_mtu: 1400,
             algorithm: Algorithm::RoundRobin,
-            tun_v4: Some(Ipv4Addr::new(198, 19, 255, 1)),
-            tun_v6: None,
         })
     }
 
@@ -368,16 +363,21 @@ mod tests {
         };
         let reply = PacketInfo::parse(e.reply(n)).expect("valid reply");
         assert_eq!(reply.dst, PacketInfo::parse(&pkt).expect("valid").src);
-        assert_eq!(reply.src, IpAddr::V4(Ipv4Addr::new(198, 19, 255, 1)));
+        assert_eq!(reply.src, IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)));
     }
 
     #[test]
-    fn syn_mss_is_clamped_to_the_tun_mtu() {
-        let mut e = exit_engine();
-        up(&mut e, "a", 1400);
+    fn syn_mss_is_clamped_to_the_tun_mtu_or_the_smallest_lane() {
+        let mut e = exit_engine(); // TUN MTU 1400
+        let big = up(&mut e, "a", 1500);
         let mut pkt = to_site_a();
         e.handle_tun_packet(&mut pkt, Instant::ZERO);
         assert_eq!(u16::from_be_bytes([pkt[42], pkt[43]]), 1360);
+        e.remove_lane(big);
+        up(&mut e, "a", 1300);
+        let mut pkt = to_site_a();
+        e.handle_tun_packet(&mut pkt, Instant::ZERO);
+        assert_eq!(u16::from_be_bytes([pkt[42], pkt[43]]), 1260);
     }
 
     #[test]

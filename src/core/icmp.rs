@@ -15,33 +15,21 @@ pub const MAX_REPLY_LEN: usize = 1280;
 const MAX_REPLY_LEN_V4: usize = 576;
 
 /// Writes into `out` the "too big" reply to `packet` (whose source and destination are
-/// `src` and `dst`), advertising `mtu`. The reply comes from `reply_from` (the
-/// gateway's own TUN address of that family) or, without one, from the packet's
-/// destination. Returns the reply's length, or `None` for a packet that must not
-/// cause an ICMP error (mismatched families, or an ICMP error itself would loop).
+/// `src` and `dst`), advertising `mtu`. The reply comes from the packet's destination:
+/// the gateway writes it into its own TUN device, where a source address of the
+/// gateway itself would be dropped by the kernel as martian, while the destination is
+/// a plausible sender (PMTU discovery matches the quoted header, not the source).
+/// Returns the reply's length, or `None` when the families differ.
 pub fn write_too_big(
     packet: &[u8],
     src: IpAddr,
     dst: IpAddr,
     mtu: u16,
-    reply_from: Option<IpAddr>,
     out: &mut [u8; MAX_REPLY_LEN],
 ) -> Option<usize> {
     match (src, dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let from = match reply_from {
-                Some(IpAddr::V4(a)) => a,
-                _ => dst,
-            };
-            Some(write_v4(packet, src, from, mtu, out))
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            let from = match reply_from {
-                Some(IpAddr::V6(a)) => a,
-                _ => dst,
-            };
-            Some(write_v6(packet, src, from, u32::from(mtu), out))
-        }
+        (IpAddr::V4(src), IpAddr::V4(dst)) => Some(write_v4(packet, src, dst, mtu, out)),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => Some(write_v6(packet, src, dst, u32::from(mtu), out)),
         _ => None,
     }
 }
@@ -115,11 +103,10 @@ mod tests {
         let pkt = tcp_syn_v4(1460);
         let info = PacketInfo::parse(&pkt).expect("valid");
         let mut out = [0u8; MAX_REPLY_LEN];
-        let from = IpAddr::V4(Ipv4Addr::new(198, 18, 250, 1));
-        let n = write_too_big(&pkt, info.src, info.dst, 1400, Some(from), &mut out).expect("reply");
+        let n = write_too_big(&pkt, info.src, info.dst, 1400, &mut out).expect("reply");
         let reply = PacketInfo::parse(&out[..n]).expect("reply is one IP packet");
         assert_eq!(reply.dst, info.src);
-        assert_eq!(reply.src, from);
+        assert_eq!(reply.src, info.dst);
         assert_eq!(reply.proto, PROTO_ICMP);
         let ip = etherparse::Ipv4Slice::from_slice(&out[..n]).expect("v4");
         let icmp = etherparse::Icmpv4Slice::from_slice(ip.payload().payload).expect("icmp");
@@ -140,7 +127,7 @@ mod tests {
         let pkt = udp_v6(1400);
         let info = PacketInfo::parse(&pkt).expect("valid");
         let mut out = [0u8; MAX_REPLY_LEN];
-        let n = write_too_big(&pkt, info.src, info.dst, 1414, None, &mut out).expect("reply");
+        let n = write_too_big(&pkt, info.src, info.dst, 1414, &mut out).expect("reply");
         assert_eq!(n, MAX_REPLY_LEN);
         let ip = etherparse::Ipv6Slice::from_slice(&out[..n]).expect("v6");
         assert_eq!(IpAddr::V6(ip.header().source_addr()), info.dst);

@@ -3,7 +3,7 @@
 //! is the certificate's and is configured, answer, and hand the lane to the driver.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
@@ -18,22 +18,51 @@ use crate::cert::{TlsMaterial, certificate_name};
 use crate::core::stats::DropReason;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
 
+/// The exit's QUIC endpoint and the server configurations it accepts lanes with.
+pub struct Listener {
+    endpoint: quinn::Endpoint,
+    /// Per peer family: the path MTU differs (1472 vs 1452 bytes of UDP payload), and
+    /// an exit on `[::]` serves both.
+    config_v4: Arc<quinn::ServerConfig>,
+    config_v6: Arc<quinn::ServerConfig>,
+}
+
 /// Binds the exit's UDP port.
-pub fn bind(listen: SocketAddr, material: &TlsMaterial) -> anyhow::Result<quinn::Endpoint> {
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls_config(material)?)
-        .context("TLS configuration unusable for QUIC")?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config(listen.is_ipv6())));
-    endpoint(udp_socket(listen, None)?, Some(config))
+pub fn bind(listen: SocketAddr, material: &TlsMaterial) -> anyhow::Result<Listener> {
+    let crypto = Arc::new(
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls_config(material)?)
+            .context("TLS configuration unusable for QUIC")?,
+    );
+    let config = |v6_path: bool| {
+        let mut config = quinn::ServerConfig::with_crypto(crypto.clone());
+        config.transport_config(Arc::new(transport_config(v6_path)));
+        Arc::new(config)
+    };
+    let (config_v4, config_v6) = (config(false), config(true));
+    let default = if listen.is_ipv6() {
+        &config_v6
+    } else {
+        &config_v4
+    };
+    let endpoint = endpoint(
+        udp_socket(listen, None)?,
+        Some(quinn::ServerConfig::clone(default)),
+    )?;
+    Ok(Listener {
+        endpoint,
+        config_v4,
+        config_v6,
+    })
 }
 
 /// Accepts lanes until `shutdown`.
 pub async fn run(
-    endpoint: quinn::Endpoint,
+    listener: Listener,
     sites: Arc<HashSet<String>>,
     events: mpsc::Sender<LaneEvent>,
     shutdown: CancellationToken,
 ) {
+    let endpoint = &listener.endpoint;
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => i,
@@ -41,9 +70,19 @@ pub async fn run(
         };
         let Some(incoming) = incoming else { break };
         let (sites, events) = (sites.clone(), events.clone());
+        let peer = incoming.remote_address();
+        let v4_peer = match peer.ip() {
+            IpAddr::V4(_) => true,
+            IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+        };
+        let config = if v4_peer {
+            &listener.config_v4
+        } else {
+            &listener.config_v6
+        };
+        let connecting = incoming.accept_with(config.clone());
         tokio::spawn(async move {
-            let peer = incoming.remote_address();
-            let event = match admit(incoming, &sites).await {
+            let event = match admit(connecting, &sites).await {
                 Ok(lane) => LaneEvent::Up(lane),
                 Err((reason, e)) => {
                     debug!(%peer, error = format!("{e:#}"), "lane refused");
@@ -61,11 +100,14 @@ pub async fn run(
 
 /// Handshake and hello of one peer.
 async fn admit(
-    incoming: quinn::Incoming,
+    connecting: Result<quinn::Connecting, quinn::ConnectionError>,
     sites: &HashSet<String>,
 ) -> Result<NewLane, (DropReason, anyhow::Error)> {
     let refused = |e: anyhow::Error| (DropReason::Unauthenticated, e);
-    let conn = tokio::time::timeout(HELLO_TIMEOUT, incoming)
+    let connecting = connecting
+        .context("accepting the connection")
+        .map_err(refused)?;
+    let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
         .await
         .map_err(|_| refused(anyhow!("no handshake within {HELLO_TIMEOUT:?}")))?
         .context("TLS handshake")
