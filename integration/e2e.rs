@@ -413,36 +413,24 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
     // configure by mistake: braid must answer for the difference.
     let mut tb = Testbed::up("e2emtu", &[("RATES", "0"), ("BRAID__TUN__MTU", "1500")]);
     tb.start();
-    let too_big = tb.run(
-        "cl",
-        &[
-            "ping", "-c", "2", "-M", "do", "-s", "1472", "-W", "1", SERVER_V4,
-        ],
-    );
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&too_big.stdout),
-        String::from_utf8_lossy(&too_big.stderr)
-    );
-    assert!(
-        text.contains("mtu = 1434") || text.contains("mtu=1434"),
-        "no fragmentation-needed with MTU 1434:\n{text}"
-    );
-    let too_big6 = tb.run(
-        "cl",
-        &[
-            "ping", "-6", "-c", "2", "-M", "do", "-s", "1452", "-W", "1", SERVER_V6,
-        ],
-    );
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&too_big6.stdout),
-        String::from_utf8_lossy(&too_big6.stderr)
-    );
-    assert!(
-        text.contains("mtu = 1434") || text.contains("mtu=1434"),
-        "no packet-too-big with MTU 1434:\n{text}"
-    );
+    // 1500-byte packets with DF: 1472 bytes of ICMPv4 payload, 1452 of ICMPv6.
+    for (family, size, server) in [("-4", "1472", SERVER_V4), ("-6", "1452", SERVER_V6)] {
+        let out = tb.run(
+            "cl",
+            &[
+                "ping", family, "-c", "2", "-M", "do", "-s", size, "-W", "1", server,
+            ],
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("mtu = 1434") || text.contains("mtu=1434"),
+            "ping {family}: no ICMP error announcing MTU 1434:\n{text}"
+        );
+    }
     let fits = tb.ok(
         "cl",
         &[
@@ -476,4 +464,35 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
     assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
     let syn = tb.wait(capture, Duration::from_secs(10));
     assert!(syn.contains("mss 1394"), "the SYN was not clamped:\n{syn}");
+}
+
+#[test]
+fn an_entry_killed_with_sigkill_is_back_in_service_as_soon_as_it_restarts() {
+    let mut tb = Testbed::up("e2ekill", &[("RATES", "0 0 0")]);
+    tb.start();
+    let pid = std::fs::read_to_string(tb.path("site1.pid")).expect("entry pid");
+    let pid = nix::unistd::Pid::from_raw(pid.trim().parse().expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    std::thread::sleep(Duration::from_millis(200));
+    // The exit still holds the dead lanes (no CONNECTION_CLOSE came); the restarted
+    // entry's lanes must replace them at once, not after the idle timeout.
+    let config = tb.path("site1.toml").display().to_string();
+    tb.spawn("en", &[braid_bin(), "run", "--config", &config], false);
+    let started = std::time::Instant::now();
+    let back = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        tb.run("cl", &["ping", "-c", "1", "-W", "1", SERVER_V4])
+            .status
+            .success()
+    });
+    assert!(back, "no traffic after the entry restarted:\n{}", tb.logs());
+    println!(
+        "first ping through {:.2} s after the restart",
+        started.elapsed().as_secs_f64()
+    );
+    ping_ok(&tb, "cl", SERVER_V4, 30);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took longer than the idle timeout"
+    );
 }

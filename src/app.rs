@@ -61,14 +61,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 events_tx.clone(),
                 shutdown.clone(),
             ));
-            let sites: Vec<SiteSpec> = exit
-                .sites
-                .iter()
-                .map(|s| SiteSpec {
-                    id: s.id.clone(),
-                    prefixes: s.prefixes.clone(),
-                })
-                .collect();
+            let sites = exit.sites.clone();
             let mut routes: Vec<_> = sites.iter().flat_map(|s| s.prefixes.clone()).collect();
             routes.extend(config.tun.routes.iter().copied());
             (Role::Exit, sites, routes)

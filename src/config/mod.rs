@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use crate::core::engine::SiteSpec;
 use crate::core::sched::Algorithm;
 use crate::core::wire::check_name;
 use raw::RawConfig;
@@ -84,13 +85,7 @@ pub struct UplinkConfig {
 #[derive(Debug, Clone)]
 pub struct ExitConfig {
     pub listen: SocketAddr,
-    pub sites: Vec<SiteConfig>,
-}
-
-#[derive(Debug, Clone)]
-pub struct SiteConfig {
-    pub id: String,
-    pub prefixes: Vec<IpNet>,
+    pub sites: Vec<SiteSpec>,
 }
 
 #[derive(Debug, Clone)]
@@ -355,7 +350,7 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, ConfigError> {
     if raw.sites.is_empty() {
         return err("sites", "an exit gateway needs at least one [[sites]]");
     }
-    let mut sites: Vec<SiteConfig> = Vec::new();
+    let mut sites: Vec<SiteSpec> = Vec::new();
     for (i, s) in raw.sites.iter().enumerate() {
         check_name("id", &s.id).or_else(|e| err(format!("sites[{i}].id"), e.to_string()))?;
         if sites.iter().any(|o| o.id == s.id) {
@@ -384,7 +379,7 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, ConfigError> {
             }
             prefixes.push(net);
         }
-        sites.push(SiteConfig {
+        sites.push(SiteSpec {
             id: s.id.clone(),
             prefixes,
         });
