@@ -41,7 +41,10 @@ fn ping_ok(tb: &Testbed, from: &str, to: &str, count: u32) {
 
 #[test]
 fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
-    let tb = Testbed::up("e2eping", &[("RATES", "16 32 50")]);
+    let tb = Testbed::up(
+        "e2eping",
+        &[("RATES", "16 32 50"), ("SCHEDULER", "round-robin")],
+    );
     tb.start();
     let sent = |dir: &str| -> Vec<u64> {
         (1..=3)
@@ -232,6 +235,7 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
                 uplink: "probe".into(),
                 colour: Colour::Blue,
                 down_kbps: None,
+                rank: 0,
             };
             let open = |tls, site: &'static str| {
                 let h = hello(site);
@@ -252,7 +256,7 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
             for _ in 0..10 {
                 conn.send_datagram(bytes::Bytes::from_static(b"not an IP packet")).expect("datagram");
             }
-            let mut buf = Vec::new();
+            let mut buf = vec![0; braid::core::wire::DATAGRAM_HEADER_LEN]; // sequence 0
             etherparse::PacketBuilder::ipv4([198, 18, 2, 2], [198, 18, 100, 2], 64)
                 .udp(1, 2)
                 .write(&mut buf, b"spoof")
@@ -409,7 +413,7 @@ fn lanes_come_back_when_the_exit_restarts() {
 
 #[test]
 fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
-    // A TUN MTU above what a lane carries (1434 over IPv4 uplinks), as a user might
+    // A TUN MTU above what a lane carries (1430 over IPv4 uplinks), as a user might
     // configure by mistake: braid must answer for the difference.
     let mut tb = Testbed::up("e2emtu", &[("RATES", "0"), ("BRAID__TUN__MTU", "1500")]);
     tb.start();
@@ -427,20 +431,20 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            text.contains("mtu = 1434") || text.contains("mtu=1434"),
-            "ping {family}: no ICMP error announcing MTU 1434:\n{text}"
+            text.contains("mtu = 1430") || text.contains("mtu=1430"),
+            "ping {family}: no ICMP error announcing MTU 1430:\n{text}"
         );
     }
     let fits = tb.ok(
         "cl",
         &[
-            "ping", "-c", "3", "-M", "do", "-s", "1406", "-i", "0.1", SERVER_V4,
+            "ping", "-c", "3", "-M", "do", "-s", "1402", "-i", "0.1", SERVER_V4,
         ],
     );
     assert!(fits.contains(" 0% packet loss"), "{fits}");
     assert!(tb.metric("en", "braid_packets_dropped_total{reason=\"too_big\"}") >= 2.0);
 
-    // The server sees the client's SYN with its MSS lowered to 1434 - 40.
+    // The server sees the client's SYN with its MSS lowered to 1430 - 40.
     let capture = tb.spawn(
         "sv",
         &[
@@ -463,7 +467,7 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
     let sent = tb.wait(server, Duration::from_secs(60));
     assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
     let syn = tb.wait(capture, Duration::from_secs(10));
-    assert!(syn.contains("mss 1394"), "the SYN was not clamped:\n{syn}");
+    assert!(syn.contains("mss 1390"), "the SYN was not clamped:\n{syn}");
 }
 
 #[test]

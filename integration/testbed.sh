@@ -20,7 +20,7 @@
 #   DELAYS="0 0 0"     one-way delay in ms each way       LOSS="0 0 0"  loss % each way
 #   SITES=1|2          whether the second site exists    BUFFER_MS=50  tbf queue length
 #   BRAID=path/to/braid  LINKEMU=path/to/braid-linkemu  (start, and up with delay/loss)
-#   SCHEDULER=round-robin  the entry's scheduler.algorithm
+#   SCHEDULER=afmt     scheduler.algorithm of both gateways
 #
 # Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
 #   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
@@ -159,7 +159,7 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "[exit]"
         echo "address = \"${EXIT_ADDRESS:-198.19.200.1:4433}\""
         echo "[scheduler]"
-        echo "algorithm = \"${SCHEDULER:-round-robin}\""
+        echo "algorithm = \"${SCHEDULER:-afmt}\""
         echo "[admin]"
         echo "listen = \"127.0.0.1:9190\""
         for ((i = 1; i <= n; i++)); do
@@ -182,6 +182,8 @@ cert = "exit.pem"
 key = "exit.key"
 [listen]
 address = "[::]:4433"
+[scheduler]
+algorithm = "${SCHEDULER:-afmt}"
 [admin]
 listen = "127.0.0.1:9190"
 [[sites]]

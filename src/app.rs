@@ -40,8 +40,8 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     let (role, sites, tun_routes) = match &config.role {
         RoleConfig::Entry(entry) => {
             let tls = lane::client::tls_config(&material)?;
-            for uplink in &entry.uplinks {
-                let dialer = Dialer::new(entry, uplink, Colour::Blue, tls.clone());
+            for rank in 0..entry.uplinks.len() as u32 {
+                let dialer = Dialer::new(entry, rank, Colour::Blue, tls.clone());
                 tasks.spawn(dialer.run(events_tx.clone(), clock, shutdown.clone()));
             }
             let site = SiteSpec {
@@ -80,6 +80,8 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         sites,
         tun_mtu: config.tun.mtu as usize,
         algorithm: config.scheduler.algorithm,
+        flow_idle_timeout: config.scheduler.flow_idle_timeout,
+        max_flows: config.scheduler.max_flows,
     });
     tasks.spawn(watch_signals(shutdown.clone(), config_path));
     tasks.spawn(crate::admin::serve(

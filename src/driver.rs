@@ -19,12 +19,14 @@ use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
 use crate::core::engine::{DataPath, SiteIdx, TunVerdict};
-use crate::core::lane::{Colour, LaneId, LaneView};
+use crate::core::lane::{Colour, LaneId, LaneStatus};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
+use crate::core::wire::{DATAGRAM_HEADER_LEN, write_datagram_header};
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
 use crate::metrics::{LaneMetrics, Metrics};
 use crate::tun::Tun;
+use prometheus::IntCounter;
 
 /// Packets handled per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
@@ -34,6 +36,14 @@ const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
 const LANE_QUEUE_PACKETS: usize = 4096;
 /// Lane snapshots are refreshed from quinn at most this often.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
+/// The status of a lane that is no longer used.
+const LANE_GONE: LaneStatus = LaneStatus {
+    up: false,
+    srtt: Duration::ZERO,
+    cwnd: 0,
+    fill: 0,
+    max_datagram: 0,
+};
 /// Lane snapshots are refreshed at least this often, traffic or not.
 const IDLE_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// A lane that received nothing for this long is not scheduled: both ends send at
@@ -59,7 +69,6 @@ struct LaneIo {
     queue: mpsc::Sender<Bytes>,
     shared: Arc<LaneShared>,
     key: LaneKey,
-    colour: Colour,
     /// quinn's lost-packet count at the last refresh, to feed the metric its growth.
     lost_seen: u64,
     /// UDP datagrams quinn had received at the last refresh, and when that count last
@@ -89,6 +98,8 @@ pub struct Driver {
     input_rx: mpsc::Receiver<LaneInput>,
     rx_buf: BytesMut,
     last_refresh: Instant,
+    /// Reordering counters by site index.
+    reordered: Vec<IntCounter>,
 }
 
 impl Driver {
@@ -101,6 +112,10 @@ impl Driver {
         events: mpsc::Receiver<LaneEvent>,
     ) -> Driver {
         let (input_tx, input_rx) = mpsc::channel(4096);
+        let reordered = engine
+            .sites()
+            .map(|(_, id)| metrics.reordered(id))
+            .collect();
         Driver {
             engine,
             metrics,
@@ -114,6 +129,7 @@ impl Driver {
             input_rx,
             rx_buf: BytesMut::with_capacity(256 * 1024),
             last_refresh: Instant::ZERO,
+            reordered,
         }
     }
 
@@ -146,13 +162,15 @@ impl Driver {
                         let now = self.clock.now();
                         self.refresh_lanes(now);
                         for _ in 0..BATCH {
-                            self.rx_buf.resize(self.tun_mtu, 0);
-                            match guard.try_io(|fd| fd.get_ref().recv(&mut self.rx_buf)) {
+                            // Read behind room for the datagram header, so that the
+                            // datagram is built in place.
+                            self.rx_buf.resize(DATAGRAM_HEADER_LEN + self.tun_mtu, 0);
+                            let room = &mut self.rx_buf[DATAGRAM_HEADER_LEN..];
+                            match guard.try_io(|fd| fd.get_ref().recv(room)) {
                                 Ok(Ok(n)) => {
-                                    self.rx_buf.truncate(n);
-                                    let packet = self.rx_buf.split();
-                                    self.handle_tun_packet(packet, now);
-                                    self.rx_buf.reserve(self.tun_mtu);
+                                    self.rx_buf.truncate(DATAGRAM_HEADER_LEN + n);
+                                    let datagram = self.rx_buf.split();
+                                    self.handle_tun_packet(datagram, now);
                                 }
                                 Ok(Err(e)) => {
                                     warn!(error = %e, "reading the TUN device");
@@ -188,6 +206,8 @@ impl Driver {
             site,
             uplink,
             colour,
+            rank,
+            rate_kbps,
         } = lane;
         // The exit authenticated the site id; the entry's lanes carry its own.
         let Some(site_idx) = self.engine.site_index(&site) else {
@@ -204,13 +224,10 @@ impl Driver {
             // its receive task removes it when quinn reports it closed.
             if let Some(old_io) = self.lanes.get(old.0 as usize).and_then(Option::as_ref) {
                 old_io.conn.close(0u32.into(), b"replaced");
-                self.engine.update_lane(LaneView {
-                    up: false,
-                    ..LaneView::new(old, old_io.colour)
-                });
+                self.engine.update_lane(old, LANE_GONE);
             }
         }
-        let id = self.engine.add_lane(site_idx, colour);
+        let id = self.engine.add_lane(site_idx, colour, rank, rate_kbps);
         let shared = Arc::new(LaneShared {
             queued: AtomicU64::new(0),
             metrics: self
@@ -239,7 +256,6 @@ impl Driver {
             queue,
             shared,
             key: key.clone(),
-            colour,
             lost_seen: 0,
             rx_seen: 0,
             rx_progress_at: self.clock.now(),
@@ -258,13 +274,18 @@ impl Driver {
         match input {
             LaneInput::Datagram(lane, datagram) => {
                 match self.engine.handle_lane_datagram(lane, &datagram, now) {
-                    Ok(()) => match self.tun.write(&datagram) {
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            self.count_drop(DropReason::QueueFull, "the TUN device is full");
+                    Ok(delivery) => {
+                        if delivery.reordered {
+                            self.reordered[delivery.site.0 as usize].inc();
                         }
-                        Err(e) => debug!(error = %e, "writing to the TUN device"),
-                    },
+                        match self.tun.write(&datagram[delivery.offset..]) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                self.count_drop(DropReason::QueueFull, "the TUN device is full");
+                            }
+                            Err(e) => debug!(error = %e, "writing to the TUN device"),
+                        }
+                    }
                     Err(reason) => self.count_drop(reason, "from a lane"),
                 }
             }
@@ -282,19 +303,30 @@ impl Driver {
         }
     }
 
-    fn handle_tun_packet(&mut self, mut packet: BytesMut, now: Instant) {
-        match self.engine.handle_tun_packet(&mut packet, now) {
-            TunVerdict::Forward(lane) => {
-                let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) else {
+    /// Handles a packet read from the TUN device, which sits in `datagram` behind room
+    /// for the datagram header.
+    fn handle_tun_packet(&mut self, mut datagram: BytesMut, now: Instant) {
+        match self
+            .engine
+            .handle_tun_packet(&mut datagram[DATAGRAM_HEADER_LEN..], now)
+        {
+            TunVerdict::Forward(forward) => {
+                let Some(io) = self
+                    .lanes
+                    .get(forward.lane.0 as usize)
+                    .and_then(Option::as_ref)
+                else {
                     return self.count_drop(DropReason::NoLane, "the lane is gone");
                 };
-                let len = packet.len() as u64;
+                io.shared.metrics.decisions[forward.kind as usize].inc();
+                let len = datagram.len() as u64;
                 let queued = &io.shared.queued;
                 if queued.load(Ordering::Relaxed) + len > LANE_QUEUE_LIMIT {
                     return self.count_drop(DropReason::QueueFull, "the lane's queue is full");
                 }
+                write_datagram_header(&mut datagram, forward.seq);
                 queued.fetch_add(len, Ordering::Relaxed);
-                if io.queue.try_send(packet.freeze()).is_err() {
+                if io.queue.try_send(datagram.freeze()).is_err() {
                     queued.fetch_sub(len, Ordering::Relaxed);
                     self.count_drop(DropReason::QueueFull, "the lane's queue is full");
                 }
@@ -341,6 +373,9 @@ impl Driver {
         for i in 0..self.lanes.len() {
             self.refresh_lane(LaneId(i as u32), now);
         }
+        self.metrics
+            .flows_active
+            .set(i64::try_from(self.engine.flows_active()).unwrap_or(i64::MAX));
     }
 
     /// Reads a lane's state from quinn (each accessor takes quinn's connection lock,
@@ -349,7 +384,10 @@ impl Driver {
         let Some(io) = self.lanes.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
-        let max_datagram = io.conn.max_datagram_size().unwrap_or(0);
+        let max_datagram = io
+            .conn
+            .max_datagram_size()
+            .map_or(0, |m| m.saturating_sub(DATAGRAM_HEADER_LEN));
         let in_quinn =
             QUINN_DATAGRAM_SEND_BUFFER.saturating_sub(io.conn.datagram_send_buffer_space()) as u64;
         let stats = io.conn.stats();
@@ -359,9 +397,7 @@ impl Driver {
         }
         let path = stats.path;
         let alive = now.saturating_since(io.rx_progress_at) < LANE_STALL;
-        let view = LaneView {
-            id,
-            colour: io.colour,
+        let view = LaneStatus {
             up: alive
                 && max_datagram > 0
                 && io.conn.close_reason().is_none()
@@ -379,7 +415,7 @@ impl Driver {
         m.lost
             .inc_by(path.lost_packets.saturating_sub(io.lost_seen));
         io.lost_seen = path.lost_packets;
-        self.engine.update_lane(view);
+        self.engine.update_lane(id, view);
     }
 }
 

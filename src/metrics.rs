@@ -8,6 +8,7 @@ use prometheus::{
 };
 
 use crate::core::lane::Colour;
+use crate::core::sched::DecisionKind;
 use crate::core::stats::DropReason;
 
 /// Labels of every lane metric.
@@ -25,6 +26,9 @@ pub struct Metrics {
     lane_tx_packets: IntCounterVec,
     lane_rx_packets: IntCounterVec,
     lane_lost: IntCounterVec,
+    decisions: IntCounterVec,
+    reordered: IntCounterVec,
+    pub flows_active: IntGauge,
     lanes_up: AtomicUsize,
 }
 
@@ -41,6 +45,8 @@ pub struct LaneMetrics {
     pub tx_packets: IntCounter,
     pub rx_packets: IntCounter,
     pub lost: IntCounter,
+    /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
+    pub decisions: Vec<IntCounter>,
 }
 
 impl Metrics {
@@ -111,6 +117,33 @@ impl Metrics {
                 "lane_lost_packets_total",
                 "QUIC packets the lane's connection declared lost",
             )?,
+            decisions: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "sched_decisions_total",
+                        "Scheduler decisions, by lane and kind",
+                    ),
+                    &["site", "uplink", "colour", "kind"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            reordered: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "reordered_packets_total",
+                        "Packets received after a later-sent packet of the same flow",
+                    ),
+                    &["site"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            flows_active: {
+                let g = IntGauge::new("flows_active", "Flows the scheduler tracks")?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
             lanes_up: AtomicUsize::new(0),
             registry,
         })
@@ -133,7 +166,19 @@ impl Metrics {
             tx_packets: self.lane_tx_packets.with_label_values(&l),
             rx_packets: self.lane_rx_packets.with_label_values(&l),
             lost: self.lane_lost.with_label_values(&l),
+            decisions: DecisionKind::ALL
+                .iter()
+                .map(|k| {
+                    self.decisions
+                        .with_label_values(&[site, uplink, colour.as_str(), k.as_str()])
+                })
+                .collect(),
         }
+    }
+
+    /// The reordering counter of a site.
+    pub fn reordered(&self, site: &str) -> IntCounter {
+        self.reordered.with_label_values(&[site])
     }
 
     /// Records how many lanes are up, for `/healthz`.

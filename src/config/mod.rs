@@ -140,8 +140,9 @@ pub struct AdminConfig {
 }
 
 /// Bytes QUIC adds around a DATAGRAM payload in a full-size packet (measured: the
-/// current MTU minus `max_datagram_size()` is always 38).
-pub const QUIC_DATAGRAM_OVERHEAD: u32 = 38;
+/// current MTU minus `max_datagram_size()` is always 38), plus braid's own datagram
+/// header (`wire::DATAGRAM_HEADER_LEN`).
+pub const QUIC_DATAGRAM_OVERHEAD: u32 = 38 + crate::core::wire::DATAGRAM_HEADER_LEN as u32;
 /// Largest UDP payload on a 1500-byte path.
 pub const UDP_PAYLOAD_V4: u32 = 1500 - 20 - 8;
 pub const UDP_PAYLOAD_V6: u32 = 1500 - 40 - 8;
@@ -442,8 +443,8 @@ fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, ConfigE
     })
 }
 
-/// What one QUIC datagram carries over a 1500-byte path: 1434 bytes over IPv4 uplinks,
-/// 1414 as soon as one uplink may be IPv6 (a host name may resolve to either).
+/// What one QUIC datagram carries over a 1500-byte path: 1430 bytes over IPv4 uplinks,
+/// 1410 as soon as one uplink may be IPv6 (a host name may resolve to either).
 fn default_tun_mtu(role: &RoleConfig) -> u32 {
     let v4_only = match role {
         RoleConfig::Entry(e) => e.uplinks.iter().all(|u| {
@@ -463,22 +464,21 @@ fn default_tun_mtu(role: &RoleConfig) -> u32 {
 
 fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, ConfigError> {
     let algorithm = match raw.algorithm.as_deref() {
-        None | Some("round-robin") => Algorithm::RoundRobin,
-        Some(a @ ("afmt" | "weighted-round-robin" | "min-rtt" | "single")) => {
-            return err(
-                "scheduler.algorithm",
-                format!("{a:?} is not available in this build yet; use \"round-robin\""),
-            );
-        }
-        Some(other) => {
-            return err(
-                "scheduler.algorithm",
-                format!(
-                    "{other:?} is not one of afmt, round-robin, weighted-round-robin, min-rtt, single"
-                ),
-            );
-        }
+        None => Algorithm::Afmt,
+        Some(name) => match Algorithm::from_name(name) {
+            Some(a) => a,
+            None => {
+                let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+                return err(
+                    "scheduler.algorithm",
+                    format!("{name:?} is not one of {}", names.join(", ")),
+                );
+            }
+        },
     };
+    if raw.flow_idle_timeout_ms == Some(0) {
+        return err("scheduler.flow_idle_timeout_ms", "must be at least 1");
+    }
     let max_flows = raw.max_flows.unwrap_or(65_536);
     if max_flows == 0 {
         return err("scheduler.max_flows", "must be at least 1");

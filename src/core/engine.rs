@@ -6,16 +6,24 @@
 //! through [`DataPath::update_lane`]. The engine answers with a verdict per packet (which
 //! lane, an ICMP reply for the TUN, or a drop reason) and never touches a socket, a
 //! clock or quinn. Per-packet work allocates nothing.
+//!
+//! Every packet sent to a site carries the site's next sequence number (see
+//! `wire::DATAGRAM_HEADER_LEN`); the receiving engine counts, per flow, packets that
+//! arrive after a packet of the same flow that was sent later: reordering.
+
+use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
-use super::lane::{Colour, LaneId, LaneView};
+use super::lane::{Colour, LaneId, LaneStatus, LaneView};
 use super::packet::{PROTO_TCP, PacketInfo};
 use super::route::PrefixMap;
-use super::sched::{Algorithm, Scheduler};
+use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::stats::DropReason;
 use super::time::Instant;
+use super::wire::split_datagram;
 
 /// Which end of the tunnel this gateway is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,17 +54,40 @@ pub struct EngineConfig {
     pub sites: Vec<SiteSpec>,
     pub tun_mtu: usize,
     pub algorithm: Algorithm,
+    /// Flows idle this long are forgotten (scheduler and reordering tables).
+    pub flow_idle_timeout: Duration,
+    /// At most this many flows per site and table; the least recently used goes.
+    pub max_flows: usize,
+}
+
+/// A packet to send: on which lane, with which sequence number, and how the scheduler
+/// decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward {
+    pub lane: LaneId,
+    pub seq: u32,
+    pub kind: DecisionKind,
 }
 
 /// What to do with a packet read from the TUN device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TunVerdict {
-    /// Send it as a datagram on this lane.
-    Forward(LaneId),
+    /// Send it as a datagram, with the header of `wire::write_datagram_header`.
+    Forward(Forward),
     /// Drop it and write [`DataPath::reply`] (an ICMP error of this length) to the TUN.
     Reply(usize),
     /// Drop it.
     Drop(DropReason),
+}
+
+/// A datagram from a lane that may be written to the TUN device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Offset of the inner IP packet in the datagram.
+    pub offset: usize,
+    pub site: SiteIdx,
+    /// A packet of the same flow sent after this one arrived before it.
+    pub reordered: bool,
 }
 
 struct Site {
@@ -64,6 +95,10 @@ struct Site {
     /// Snapshots of the site's lanes, in the order they came up.
     lanes: Vec<LaneView>,
     scheduler: Box<dyn Scheduler>,
+    /// Sequence number of the next packet sent to this site.
+    tx_seq: u32,
+    /// Highest sequence number received per flow from this site.
+    rx_seq: FlowTable<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +131,11 @@ impl DataPath {
                 Site {
                     id: spec.id.clone(),
                     lanes: Vec::new(),
-                    scheduler: config.algorithm.build(),
+                    scheduler: config
+                        .algorithm
+                        .build(config.flow_idle_timeout, config.max_flows),
+                    tx_seq: 0,
+                    rx_seq: FlowTable::new(config.flow_idle_timeout, config.max_flows),
                 }
             })
             .collect();
@@ -122,8 +161,16 @@ impl DataPath {
         &self.sites[site.0 as usize].id
     }
 
-    /// Registers a new lane of `site` that is up, and returns its id.
-    pub fn add_lane(&mut self, site: SiteIdx, colour: Colour) -> LaneId {
+    /// Registers a new lane of `site` that is up, and returns its id. `rank` is the
+    /// uplink's position in the entry's configuration, `rate_kbps` its rate in this
+    /// gateway's sending direction, when known.
+    pub fn add_lane(
+        &mut self,
+        site: SiteIdx,
+        colour: Colour,
+        rank: u32,
+        rate_kbps: Option<u64>,
+    ) -> LaneId {
         let slot = LaneSlot { site };
         let id = match self.lanes.iter().position(Option::is_none) {
             Some(free) => {
@@ -135,9 +182,11 @@ impl DataPath {
                 LaneId(self.lanes.len() as u32 - 1)
             }
         };
-        self.sites[site.0 as usize]
-            .lanes
-            .push(LaneView::new(id, colour));
+        self.sites[site.0 as usize].lanes.push(LaneView {
+            rank,
+            rate_kbps,
+            ..LaneView::new(id, colour)
+        });
         id
     }
 
@@ -150,12 +199,12 @@ impl DataPath {
         }
     }
 
-    /// Replaces the snapshot of a lane (state taken from quinn by the shell).
-    pub fn update_lane(&mut self, view: LaneView) {
-        if let Some(Some(slot)) = self.lanes.get(view.id.0 as usize) {
+    /// Updates what changes of a lane (state taken from quinn by the shell).
+    pub fn update_lane(&mut self, lane: LaneId, status: LaneStatus) {
+        if let Some(Some(slot)) = self.lanes.get(lane.0 as usize) {
             let lanes = &mut self.sites[slot.site.0 as usize].lanes;
-            if let Some(v) = lanes.iter_mut().find(|v| v.id == view.id) {
-                *v = view;
+            if let Some(v) = lanes.iter_mut().find(|v| v.id == lane) {
+                status.apply_to(v);
             }
         }
     }
@@ -168,6 +217,18 @@ impl DataPath {
     /// True when at least one lane of any site is up.
     pub fn any_lane_up(&self) -> bool {
         self.sites.iter().any(|s| s.lanes.iter().any(|l| l.up))
+    }
+
+    /// Flows the schedulers of all sites track.
+    pub fn flows_active(&self) -> usize {
+        self.sites.iter().map(|s| s.scheduler.flows()).sum()
+    }
+
+    pub fn sites(&self) -> impl Iterator<Item = (SiteIdx, &str)> {
+        self.sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (SiteIdx(i as u32), s.id.as_str()))
     }
 
     /// The ICMP reply of the last [`TunVerdict::Reply`] (the packet itself is dropped,
@@ -197,16 +258,26 @@ impl DataPath {
             info.clamp_tcp_mss(buf, self.max_mss(site, info.is_ipv6()));
         }
         let site = &mut self.sites[site.0 as usize];
-        let Some(i) = site
+        let Some(pick) = site
             .scheduler
             .pick(info.flow_key(), info.len, &site.lanes, now)
         else {
             return TunVerdict::Drop(DropReason::NoLane);
         };
-        let lane = site.lanes[i];
+        let lane = &mut site.lanes[pick.lane];
         if info.len <= lane.max_datagram {
-            return TunVerdict::Forward(lane.id);
+            // Until the shell's next snapshot, the packet counts towards the lane's
+            // fill, so that a batch of packets does not all pick the same lane.
+            lane.fill += info.len as u64;
+            let seq = site.tx_seq;
+            site.tx_seq = seq.wrapping_add(1);
+            return TunVerdict::Forward(Forward {
+                lane: lane.id,
+                seq,
+                kind: pick.kind,
+            });
         }
+        let lane = *lane;
         if !info.dont_fragment {
             return TunVerdict::Drop(DropReason::TooBig);
         }
@@ -217,28 +288,41 @@ impl DataPath {
         }
     }
 
-    /// Checks a datagram received on `lane` before it is written to the TUN device: it
-    /// must be exactly one IP packet and, at the exit, come from an address of the
-    /// lane's own site.
+    /// Checks a datagram received on `lane` before its packet is written to the TUN
+    /// device: after the header it must hold exactly one IP packet and, at the exit,
+    /// come from an address of the lane's own site. Counts reordering per flow.
     pub fn handle_lane_datagram(
         &mut self,
         lane: LaneId,
-        buf: &[u8],
-        _now: Instant,
-    ) -> Result<(), DropReason> {
-        let info = match PacketInfo::parse(buf) {
-            Ok(info) => info,
-            Err(_) => return Err(DropReason::Malformed),
+        datagram: &[u8],
+        now: Instant,
+    ) -> Result<Delivery, DropReason> {
+        let Some(Some(slot)) = self.lanes.get(lane.0 as usize).copied() else {
+            return Err(DropReason::NoLane);
         };
-        if self.role == Role::Exit {
-            let Some(Some(slot)) = self.lanes.get(lane.0 as usize) else {
-                return Err(DropReason::NoLane);
-            };
-            if self.site_by_prefix.lookup(info.src) != Some(slot.site) {
-                return Err(DropReason::Spoofed);
-            }
+        let (seq, packet) = split_datagram(datagram).ok_or(DropReason::Malformed)?;
+        let info = PacketInfo::parse(packet).map_err(|_| DropReason::Malformed)?;
+        if self.role == Role::Exit && self.site_by_prefix.lookup(info.src) != Some(slot.site) {
+            return Err(DropReason::Spoofed);
         }
-        Ok(())
+        let site = &mut self.sites[slot.site.0 as usize];
+        site.rx_seq.expire(now);
+        let flow = info.flow_key();
+        let highest = site.rx_seq.get(flow).map(|e| e.value);
+        // Serial number arithmetic: `seq` is older than `highest` when the difference,
+        // read as signed, is negative.
+        let reordered = highest.is_some_and(|h| (seq.wrapping_sub(h) as i32) < 0);
+        let newest = if reordered {
+            highest.unwrap_or(seq)
+        } else {
+            seq
+        };
+        site.rx_seq.record(flow, newest, now);
+        Ok(Delivery {
+            offset: datagram.len() - packet.len(),
+            site: slot.site,
+            reordered,
+        })
     }
 
     /// Largest TCP MSS whose segments fit both the TUN MTU and every live lane of the
@@ -259,11 +343,12 @@ impl DataPath {
 mod tests {
     use super::*;
     use crate::core::packet::tests::{tcp_syn_v4, udp_v6};
+    use crate::core::wire::{DATAGRAM_HEADER_LEN, write_datagram_header};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-    fn exit_engine() -> DataPath {
+    fn engine(role: Role, algorithm: Algorithm) -> DataPath {
         DataPath::new(EngineConfig {
-            role: Role::Exit,
+            role,
             sites: vec![
                 SiteSpec {
                     id: "a".into(),
@@ -275,18 +360,38 @@ mod tests {
                 },
             ],
             tun_mtu: 1400,
-            algorithm: Algorithm::RoundRobin,
+            algorithm,
+            flow_idle_timeout: Duration::from_secs(10),
+            max_flows: 100,
         })
+    }
+
+    fn exit_engine() -> DataPath {
+        engine(Role::Exit, Algorithm::RoundRobin)
+    }
+
+    fn status(max_datagram: usize) -> LaneStatus {
+        LaneStatus {
+            up: true,
+            srtt: Duration::from_millis(20),
+            cwnd: 100_000,
+            fill: 0,
+            max_datagram,
+        }
     }
 
     fn up(engine: &mut DataPath, site: &str, max_datagram: usize) -> LaneId {
         let idx = engine.site_index(site).expect("site");
-        let id = engine.add_lane(idx, Colour::Blue);
-        engine.update_lane(LaneView {
-            max_datagram,
-            ..LaneView::new(id, Colour::Blue)
-        });
+        let id = engine.add_lane(idx, Colour::Blue, 0, None);
+        engine.update_lane(id, status(max_datagram));
         id
+    }
+
+    fn forwarded_on(v: TunVerdict) -> LaneId {
+        match v {
+            TunVerdict::Forward(f) => f.lane,
+            other => panic!("expected a forward, got {other:?}"),
+        }
     }
 
     /// A TCP SYN with DF set from the server side towards site a's host.
@@ -303,6 +408,14 @@ mod tests {
         pkt
     }
 
+    /// `packet` behind a datagram header carrying `seq`.
+    fn datagram(seq: u32, packet: &[u8]) -> Vec<u8> {
+        let mut d = vec![0; DATAGRAM_HEADER_LEN];
+        write_datagram_header(&mut d, seq);
+        d.extend_from_slice(packet);
+        d
+    }
+
     #[test]
     fn exit_routes_by_destination_to_the_sites_own_lanes() {
         let mut e = exit_engine();
@@ -310,15 +423,27 @@ mod tests {
         let b = up(&mut e, "b", 1400);
         let mut pkt = to_site_a();
         assert_eq!(
-            e.handle_tun_packet(&mut pkt, Instant::ZERO),
-            TunVerdict::Forward(a)
+            forwarded_on(e.handle_tun_packet(&mut pkt, Instant::ZERO)),
+            a
         );
         let mut v6 = udp_v6(100);
         v6[24..40].copy_from_slice(&"fd00::9".parse::<Ipv6Addr>().expect("ip").octets());
-        assert_eq!(
-            e.handle_tun_packet(&mut v6, Instant::ZERO),
-            TunVerdict::Forward(b)
-        );
+        assert_eq!(forwarded_on(e.handle_tun_packet(&mut v6, Instant::ZERO)), b);
+    }
+
+    #[test]
+    fn each_site_numbers_its_packets_in_sending_order() {
+        let mut e = exit_engine();
+        up(&mut e, "a", 1400);
+        let seqs: Vec<u32> = (0..3)
+            .map(
+                |_| match e.handle_tun_packet(&mut to_site_a(), Instant::ZERO) {
+                    TunVerdict::Forward(f) => f.seq,
+                    other => panic!("{other:?}"),
+                },
+            )
+            .collect();
+        assert_eq!(seqs, [0, 1, 2]);
     }
 
     #[test]
@@ -341,16 +466,50 @@ mod tests {
         let mut e = exit_engine();
         let a = up(&mut e, "a", 1400);
         let b = up(&mut e, "b", 1400);
-        let from_a = tcp_syn_v4(1460); // source 198.18.0.2, site a
-        assert_eq!(e.handle_lane_datagram(a, &from_a, Instant::ZERO), Ok(()));
+        let from_a = datagram(0, &tcp_syn_v4(1460)); // source 198.18.0.2, site a
+        let delivered = e
+            .handle_lane_datagram(a, &from_a, Instant::ZERO)
+            .expect("own source");
+        assert_eq!(delivered.offset, DATAGRAM_HEADER_LEN);
         assert_eq!(
             e.handle_lane_datagram(b, &from_a, Instant::ZERO),
             Err(DropReason::Spoofed)
         );
         assert_eq!(
-            e.handle_lane_datagram(a, b"garbage", Instant::ZERO),
+            e.handle_lane_datagram(a, &datagram(1, b"garbage"), Instant::ZERO),
             Err(DropReason::Malformed)
         );
+        assert_eq!(
+            e.handle_lane_datagram(a, b"abc", Instant::ZERO),
+            Err(DropReason::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_packet_overtaken_by_a_later_one_of_its_flow_is_counted_as_reordered() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let lane = up(&mut e, "a", 1400);
+        let flow_x = tcp_syn_v4(1460);
+        let flow_y = udp_v6(10);
+        let got = |e: &mut DataPath, seq, pkt: &[u8]| {
+            e.handle_lane_datagram(lane, &datagram(seq, pkt), Instant::ZERO)
+                .expect("valid")
+                .reordered
+        };
+        assert!(!got(&mut e, 10, &flow_x));
+        assert!(!got(&mut e, 12, &flow_x));
+        assert!(!got(&mut e, 11, &flow_y), "another flow's order is its own");
+        assert!(
+            got(&mut e, 11, &flow_x),
+            "11 arrived after 12 of the same flow"
+        );
+        assert!(!got(&mut e, 13, &flow_x));
+        // Sequence numbers wrap around.
+        let mut flow_z = udp_v6(10);
+        flow_z[40..42].copy_from_slice(&7777u16.to_be_bytes());
+        assert!(!got(&mut e, u32::MAX, &flow_z));
+        assert!(!got(&mut e, 0, &flow_z));
+        assert!(got(&mut e, u32::MAX - 1, &flow_z));
     }
 
     #[test]
@@ -388,13 +547,30 @@ mod tests {
         e.remove_lane(a1);
         let mut pkt = to_site_a();
         assert_eq!(
-            e.handle_tun_packet(&mut pkt, Instant::ZERO),
-            TunVerdict::Forward(a2)
+            forwarded_on(e.handle_tun_packet(&mut pkt, Instant::ZERO)),
+            a2
         );
         let again = up(&mut e, "a", 1400);
         assert_eq!(again, a1);
         e.remove_lane(a2);
         e.remove_lane(again);
         assert!(!e.any_lane_up());
+    }
+
+    #[test]
+    fn afmt_spreads_new_flows_within_one_batch_by_counting_what_it_queued() {
+        // Between two snapshots from quinn, the engine adds each packet to its lane's
+        // fill; otherwise every new flow of a batch would pick the same lane.
+        let mut e = engine(Role::Exit, Algorithm::Afmt);
+        let a = up(&mut e, "a", 1400);
+        let b = up(&mut e, "a", 1400);
+        let mut lanes = Vec::new();
+        for port in 0..4u16 {
+            let mut pkt = to_site_a();
+            pkt[20..22].copy_from_slice(&(1000 + port).to_be_bytes()); // another flow
+            lanes.push(forwarded_on(e.handle_tun_packet(&mut pkt, Instant::ZERO)));
+        }
+        assert_eq!(lanes, [a, b, a, b]);
+        assert_eq!(e.flows_active(), 4);
     }
 }

@@ -51,10 +51,24 @@ pub struct LaneView {
     pub fill: u64,
     /// Largest inner packet the lane can carry right now.
     pub max_datagram: usize,
+    /// The uplink's configured rate in this direction, when known (kbit/s).
+    pub rate_kbps: Option<u64>,
+    /// The uplink's position in the entry's configuration (0 first).
+    pub rank: u32,
+}
+
+/// The part of a lane's state that changes while it runs, read from quinn by the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneStatus {
+    pub up: bool,
+    pub srtt: Duration,
+    pub cwnd: u64,
+    pub fill: u64,
+    pub max_datagram: usize,
 }
 
 impl LaneView {
-    /// A lane that is up, with the given path properties and an empty queue.
+    /// A lane that is up, with an empty queue and QUIC's initial estimates.
     pub fn new(id: LaneId, colour: Colour) -> LaneView {
         LaneView {
             id,
@@ -64,6 +78,20 @@ impl LaneView {
             cwnd: 12_000,
             fill: 0,
             max_datagram: 1200,
+            rate_kbps: None,
+            rank: 0,
         }
+    }
+}
+
+impl LaneStatus {
+    /// Applies this status to `view`, keeping what does not change (id, colour, rate,
+    /// rank).
+    pub fn apply_to(self, view: &mut LaneView) {
+        view.up = self.up;
+        view.srtt = self.srtt;
+        view.cwnd = self.cwnd;
+        view.fill = self.fill;
+        view.max_datagram = self.max_datagram;
     }
 }

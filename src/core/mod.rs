@@ -4,6 +4,7 @@
 //! comes in as [`time::Instant`] arguments. A test below enforces the boundary.
 
 pub mod engine;
+pub mod flow;
 pub mod icmp;
 pub mod lane;
 pub mod packet;

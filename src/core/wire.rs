@@ -16,6 +16,21 @@ pub const ALPN: &[u8] = b"braid/1";
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest hello or reply accepted.
 pub const MAX_MESSAGE_LEN: usize = 4096;
+/// Every DATAGRAM frame starts with this many bytes: the sender's sequence number for
+/// the site, big-endian, counting every packet it sends to that site on any lane. The
+/// receiver uses it to measure reordering per flow.
+pub const DATAGRAM_HEADER_LEN: usize = 4;
+
+/// Writes the datagram header into the first [`DATAGRAM_HEADER_LEN`] bytes of `buf`.
+pub fn write_datagram_header(buf: &mut [u8], seq: u32) {
+    buf[..DATAGRAM_HEADER_LEN].copy_from_slice(&seq.to_be_bytes());
+}
+
+/// Splits a received datagram into its sequence number and inner packet.
+pub fn split_datagram(buf: &[u8]) -> Option<(u32, &[u8])> {
+    let (header, packet) = buf.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
+    Some((u32::from_be_bytes(*header), packet))
+}
 
 /// The first message of a lane, from the entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,9 +42,13 @@ pub struct Hello {
     /// The uplink's name in the entry's configuration.
     pub uplink: String,
     pub colour: Colour,
-    /// The uplink's downstream rate, if known (kbit/s), for the exit's shaping.
+    /// The uplink's downstream rate, if known (kbit/s): the exit's weight and shaping.
     #[serde(default)]
     pub down_kbps: Option<u64>,
+    /// The uplink's position in the entry's configuration (0 first), so that the exit
+    /// ranks the lanes as the entry does (the `single` scheduler).
+    #[serde(default)]
+    pub rank: u32,
 }
 
 /// The exit's answer to a hello.
@@ -114,12 +133,22 @@ mod tests {
             uplink: "dsl".into(),
             colour: Colour::Blue,
             down_kbps: Some(16_000),
+            rank: 2,
         };
         assert_eq!(Hello::decode(&h.encode()).expect("valid"), h);
         let r = HelloReply::Refused {
             reason: "no".into(),
         };
         assert_eq!(HelloReply::decode(&r.encode()).expect("valid"), r);
+    }
+
+    #[test]
+    fn datagram_headers_round_trip_and_short_datagrams_are_refused() {
+        let mut buf = [0u8; 8];
+        write_datagram_header(&mut buf, 0xdead_beef);
+        buf[4..].copy_from_slice(b"pkt!");
+        assert_eq!(split_datagram(&buf), Some((0xdead_beef, &b"pkt!"[..])));
+        assert_eq!(split_datagram(&buf[..3]), None);
     }
 
     #[test]

@@ -29,17 +29,21 @@ pub struct Dialer {
     pub exit_name: String,
     pub peer: String,
     pub uplink: UplinkConfig,
+    /// The uplink's position in the configuration.
+    pub rank: u32,
     pub colour: Colour,
     pub tls: Arc<rustls::ClientConfig>,
 }
 
 impl Dialer {
+    /// The dialer of `entry.uplinks[rank]`.
     pub fn new(
         entry: &EntryConfig,
-        uplink: &UplinkConfig,
+        rank: u32,
         colour: Colour,
         tls: Arc<rustls::ClientConfig>,
     ) -> Dialer {
+        let uplink = &entry.uplinks[rank as usize];
         Dialer {
             site: entry.site.clone(),
             exit_name: entry.exit_name.clone(),
@@ -48,6 +52,7 @@ impl Dialer {
                 .clone()
                 .unwrap_or_else(|| entry.exit_address.clone()),
             uplink: uplink.clone(),
+            rank,
             colour,
             tls,
         }
@@ -79,6 +84,8 @@ impl Dialer {
                             site: self.site.clone(),
                             uplink: self.uplink.name.clone(),
                             colour: self.colour,
+                            rank: self.rank,
+                            rate_kbps: self.uplink.rate_up_kbps,
                         };
                         if events.send(LaneEvent::Up(lane)).await.is_err() {
                             return; // the driver is gone: shutting down
@@ -128,6 +135,7 @@ impl Dialer {
             uplink: self.uplink.name.clone(),
             colour: self.colour,
             down_kbps: self.uplink.rate_down_kbps,
+            rank: self.rank,
         };
         let bind = SocketAddr::new(
             self.uplink.source.unwrap_or(if peer.is_ipv6() {

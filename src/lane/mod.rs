@@ -39,6 +39,10 @@ pub struct NewLane {
     pub site: String,
     pub uplink: String,
     pub colour: Colour,
+    /// The uplink's position in the entry's configuration.
+    pub rank: u32,
+    /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
+    pub rate_kbps: Option<u64>,
 }
 
 /// What the lane tasks tell the driver.

@@ -140,6 +140,8 @@ async fn admit(
             site: hello.site,
             uplink: hello.uplink,
             colour: hello.colour,
+            rank: hello.rank,
+            rate_kbps: hello.down_kbps,
         }),
         Ok(Err(e)) => {
             // Let the refusal reach the peer before closing.

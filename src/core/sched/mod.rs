@@ -2,40 +2,168 @@
 //!
 //! Contract: a [`Scheduler`] picks one lane from a site's lane snapshots for a packet of
 //! a given flow and length at a given instant. It does no I/O, reads no clock and
-//! never calls quinn; everything it knows arrives as arguments.
+//! never calls quinn; everything it knows arrives as arguments. Ties go to the lane
+//! listed first, so every decision is reproducible.
 
+mod afmt;
+mod min_rtt;
 mod round_robin;
+mod single;
+mod weighted_round_robin;
 
+use std::cmp::Ordering;
+use std::time::Duration;
+
+pub use afmt::Afmt;
+pub use min_rtt::MinRtt;
 pub use round_robin::RoundRobin;
+pub use single::Single;
+pub use weighted_round_robin::WeightedRoundRobin;
 
 use super::lane::LaneView;
 use super::packet::FlowKey;
 use super::time::Instant;
 
-/// A per-packet lane choice.
-pub trait Scheduler: Send {
-    /// Index into `lanes` of the lane that should carry a packet of `flow` of `len`
-    /// bytes, or `None` when no lane is up.
-    fn pick(
-        &mut self,
-        flow: FlowKey,
-        len: usize,
-        lanes: &[LaneView],
-        now: Instant,
-    ) -> Option<usize>;
+/// What kind of decision a pick was: the `kind` label of `braid_sched_decisions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecisionKind {
+    /// The flow had no lane yet (or its lane went down).
+    NewFlow,
+    /// The flow stayed on its last lane.
+    SameLane,
+    /// The flow moved to another lane without risk of reordering.
+    Switch,
+    /// The algorithm keeps no per-flow state (the baselines).
+    Stateless,
 }
 
-/// The scheduling algorithms a gateway can be configured with.
+impl DecisionKind {
+    pub const ALL: [DecisionKind; 4] = [
+        DecisionKind::NewFlow,
+        DecisionKind::SameLane,
+        DecisionKind::Switch,
+        DecisionKind::Stateless,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::NewFlow => "new_flow",
+            DecisionKind::SameLane => "same_lane",
+            DecisionKind::Switch => "switch",
+            DecisionKind::Stateless => "stateless",
+        }
+    }
+}
+
+/// One decision: the index of the chosen lane in the slice, and its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    pub lane: usize,
+    pub kind: DecisionKind,
+}
+
+/// A per-packet lane choice.
+pub trait Scheduler: Send {
+    /// The lane (index into `lanes`) that should carry a packet of `flow` of `len`
+    /// bytes, or `None` when no lane is up.
+    fn pick(&mut self, flow: FlowKey, len: usize, lanes: &[LaneView], now: Instant)
+    -> Option<Pick>;
+
+    /// Flows the scheduler currently tracks (0 for stateless algorithms).
+    fn flows(&self) -> usize {
+        0
+    }
+}
+
+/// The scheduling algorithms a gateway can be configured with (`scheduler.algorithm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algorithm {
     #[default]
+    Afmt,
     RoundRobin,
+    WeightedRoundRobin,
+    MinRtt,
+    Single,
 }
 
 impl Algorithm {
-    pub fn build(self) -> Box<dyn Scheduler> {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::Afmt,
+        Algorithm::RoundRobin,
+        Algorithm::WeightedRoundRobin,
+        Algorithm::MinRtt,
+        Algorithm::Single,
+    ];
+
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
         match self {
+            Algorithm::Afmt => "afmt",
+            Algorithm::RoundRobin => "round-robin",
+            Algorithm::WeightedRoundRobin => "weighted-round-robin",
+            Algorithm::MinRtt => "min-rtt",
+            Algorithm::Single => "single",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
+    /// A scheduler of this kind; `flow_idle_timeout` and `max_flows` bound AFMT's
+    /// flow table.
+    pub fn build(self, flow_idle_timeout: Duration, max_flows: usize) -> Box<dyn Scheduler> {
+        match self {
+            Algorithm::Afmt => Box::new(Afmt::new(flow_idle_timeout, max_flows)),
             Algorithm::RoundRobin => Box::new(RoundRobin::default()),
+            Algorithm::WeightedRoundRobin => Box::new(WeightedRoundRobin::default()),
+            Algorithm::MinRtt => Box::new(MinRtt),
+            Algorithm::Single => Box::new(Single),
+        }
+    }
+}
+
+/// AFMT's load measure of a lane for a packet of `len` bytes:
+/// `(fill + len) * srtt / cwnd`, compared exactly (cross-multiplied in 128 bits).
+fn cmp_weighted_fill(a: &LaneView, b: &LaneView, len: usize) -> Ordering {
+    let num = |l: &LaneView| u128::from(l.fill + len as u64) * l.srtt.as_nanos();
+    let cwnd = |l: &LaneView| u128::from(l.cwnd.max(1));
+    (num(a) * cwnd(b)).cmp(&(num(b) * cwnd(a)))
+}
+
+/// Index of the lane with the lowest weighted fill among those `eligible`, first
+/// listed on ties.
+fn least_weighted_fill(
+    lanes: &[LaneView],
+    len: usize,
+    eligible: impl Fn(usize, &LaneView) -> bool,
+) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, lane) in lanes.iter().enumerate() {
+        if !eligible(i, lane) {
+            continue;
+        }
+        if best.is_none_or(|b| cmp_weighted_fill(lane, &lanes[b], len) == Ordering::Less) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::time::Duration;
+
+    use crate::core::lane::{Colour, LaneId, LaneView};
+
+    /// A lane that is up with the given SRTT (ms), cwnd and fill (bytes).
+    pub fn lane(id: u32, srtt_ms: u64, cwnd: u64, fill: u64) -> LaneView {
+        LaneView {
+            srtt: Duration::from_millis(srtt_ms),
+            cwnd,
+            fill,
+            max_datagram: 1400,
+            ..LaneView::new(LaneId(id), Colour::Blue)
         }
     }
 }

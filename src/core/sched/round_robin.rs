@@ -1,6 +1,6 @@
 //! Round-robin over the lanes that are up: the AFMT paper's baseline.
 
-use super::Scheduler;
+use super::{DecisionKind, Pick, Scheduler};
 use crate::core::lane::LaneView;
 use crate::core::packet::FlowKey;
 use crate::core::time::Instant;
@@ -12,12 +12,14 @@ pub struct RoundRobin {
 }
 
 impl Scheduler for RoundRobin {
-    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<usize> {
+    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
         let n = lanes.len();
-        (0..n)
-            .map(|k| (self.next + k) % n)
-            .find(|&i| lanes[i].up)
-            .inspect(|&i| self.next = i + 1)
+        let lane = (0..n).map(|k| (self.next + k) % n).find(|&i| lanes[i].up)?;
+        self.next = lane + 1;
+        Some(Pick {
+            lane,
+            kind: DecisionKind::Stateless,
+        })
     }
 }
 
@@ -44,6 +46,7 @@ mod tests {
             .map(|_| {
                 rr.pick(FlowKey(1), 100, &l, Instant::ZERO)
                     .expect("a lane is up")
+                    .lane
             })
             .collect();
         assert_eq!(picks, [0, 2, 3, 0, 2, 3]);

@@ -1,0 +1,50 @@
+//! Active/backup: every packet on the first uplink (in configuration order) that is up.
+
+use super::{DecisionKind, Pick, Scheduler};
+use crate::core::lane::LaneView;
+use crate::core::packet::FlowKey;
+use crate::core::time::Instant;
+
+pub struct Single;
+
+impl Scheduler for Single {
+    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
+        let (lane, _) = lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.up)
+            .min_by_key(|(_, l)| l.rank)?;
+        Some(Pick {
+            lane,
+            kind: DecisionKind::Stateless,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::sched::testing::lane;
+
+    #[test]
+    fn the_first_configured_uplink_that_is_up_carries_everything() {
+        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 10, 10_000, 0)];
+        lanes[0].rank = 1; // connected first, configured second
+        lanes[1].rank = 0;
+        assert_eq!(
+            Single
+                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .expect("pick")
+                .lane,
+            1
+        );
+        lanes[1].up = false;
+        assert_eq!(
+            Single
+                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .expect("pick")
+                .lane,
+            0
+        );
+    }
+}
