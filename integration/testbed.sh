@@ -107,6 +107,8 @@ router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS
     # lane socket bound to that device (SO_BINDTODEVICE) finds its own.
     inns "$en" ip route add 198.19.200.1/32 via "198.19.$sub.1" dev "up$i" metric "$i"
     inns "$en" ip -6 route add fd00:19:200::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
+    # The router's far side, for traffic outside the tunnel (benchmarks' background flows).
+    inns "$en" ip route add "198.19.$((100 + sub)).0/24" via "198.19.$sub.1" dev "up$i"
     shape "$r" b "$rate"
     shape "$r" a "$rate"
     emulate "$r" "$delay" "$loss"

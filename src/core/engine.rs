@@ -306,7 +306,7 @@ impl DataPath {
             return Err(DropReason::Spoofed);
         }
         let site = &mut self.sites[slot.site.0 as usize];
-        site.rx_seq.expire(now);
+        site.rx_seq.expire(now, |_| {});
         let flow = info.flow_key();
         let highest = site.rx_seq.get(flow).map(|e| e.value);
         // Serial number arithmetic: `seq` is older than `highest` when the difference,

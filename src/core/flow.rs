@@ -39,13 +39,16 @@ impl<V: Copy> FlowTable<V> {
         }
     }
 
-    /// Forgets every flow idle for `idle_timeout` or longer at `now`.
-    pub fn expire(&mut self, now: Instant) {
+    /// Forgets every flow idle for `idle_timeout` or longer at `now`, handing each
+    /// forgotten value to `gone`.
+    pub fn expire(&mut self, now: Instant, mut gone: impl FnMut(V)) {
         while let Some((_, e)) = self.map.front() {
             if now.saturating_since(e.last_used) < self.idle_timeout {
                 break;
             }
-            self.map.pop_front();
+            if let Some((_, e)) = self.map.pop_front() {
+                gone(e.value);
+            }
         }
     }
 
@@ -54,18 +57,21 @@ impl<V: Copy> FlowTable<V> {
         self.map.get(&flow).copied()
     }
 
-    /// Sets the flow's value and marks it used at `now`, evicting the least recently
-    /// used flow when the table is full.
-    pub fn record(&mut self, flow: FlowKey, value: V, now: Instant) {
+    /// Sets the flow's value and marks it used at `now`. When the table is full, the
+    /// least recently used flow makes room; its value is returned.
+    pub fn record(&mut self, flow: FlowKey, value: V, now: Instant) -> Option<V> {
         let entry = FlowEntry {
             value,
             last_used: now,
         };
         // Removing and re-inserting moves the entry to the back (most recent).
-        if self.map.remove(&flow).is_none() && self.map.len() >= self.max_flows {
-            self.map.pop_front();
-        }
+        let evicted = if self.map.remove(&flow).is_none() && self.map.len() >= self.max_flows {
+            self.map.pop_front().map(|(_, e)| e.value)
+        } else {
+            None
+        };
         self.map.insert(flow, entry);
+        evicted
     }
 
     pub fn len(&self) -> usize {
@@ -89,13 +95,17 @@ mod tests {
         let mut t = FlowTable::new(Duration::from_millis(100), 10);
         t.record(FlowKey(1), 'a', Instant::from_nanos(0));
         t.record(FlowKey(2), 'b', Instant::from_nanos(50 * MS));
-        t.expire(Instant::from_nanos(100 * MS - 1));
+        t.expire(Instant::from_nanos(100 * MS - 1), |_| {
+            panic!("nothing expires yet")
+        });
         assert_eq!(
             t.len(),
             2,
             "one nanosecond before the timeout the flow is kept"
         );
-        t.expire(Instant::from_nanos(100 * MS));
+        let mut gone = Vec::new();
+        t.expire(Instant::from_nanos(100 * MS), |v| gone.push(v));
+        assert_eq!(gone, ['a']);
         assert_eq!(t.get(FlowKey(1)), None, "at exactly the timeout it is gone");
         assert_eq!(t.get(FlowKey(2)).map(|e| e.value), Some('b'));
     }
@@ -106,7 +116,7 @@ mod tests {
         t.record(FlowKey(1), 1, Instant::from_nanos(1));
         t.record(FlowKey(2), 2, Instant::from_nanos(2));
         t.record(FlowKey(1), 11, Instant::from_nanos(3)); // flow 1 is now the most recent
-        t.record(FlowKey(3), 3, Instant::from_nanos(4)); // evicts flow 2
+        assert_eq!(t.record(FlowKey(3), 3, Instant::from_nanos(4)), Some(2)); // evicts flow 2
         assert_eq!(t.get(FlowKey(2)), None);
         assert_eq!(
             t.get(FlowKey(1)),
@@ -130,7 +140,7 @@ mod tests {
             for (flow, step_ms) in ops {
                 now += step_ms * MS;
                 let at = Instant::from_nanos(now);
-                t.expire(at);
+                t.expire(at, |_| {});
                 t.record(FlowKey(flow), flow, at);
                 prop_assert!(t.len() <= max);
                 prop_assert_eq!(t.get(FlowKey(flow)).map(|e| e.value), Some(flow));

@@ -6,6 +6,13 @@
 //! that packet was sent (flowlet switching). Among the applicable lanes the one with
 //! the lowest weighted fill `(fill + len) * srtt / cwnd` wins. New flows, and flows
 //! whose lane went down, choose among all lanes that are up.
+//!
+//! One addition to the paper: a new flow's weighted fill is multiplied by one plus the
+//! number of flows its lane already carries. On lanes that are idle or lightly used,
+//! QUIC's cwnd and SRTT say little about capacity (cwnd does not grow while a
+//! connection is application-limited), so without it every flow that starts in the
+//! same instant lands on the same lane and stays there: the flowlet rule rarely lets a
+//! busy flow leave a lane whose queue made its SRTT the highest.
 
 use std::time::Duration;
 
@@ -17,12 +24,39 @@ use crate::core::time::Instant;
 
 pub struct Afmt {
     flows: FlowTable<LaneId>,
+    /// How many flows of the table each lane carries (lanes with none are absent).
+    flows_on: Vec<(LaneId, u64)>,
 }
 
 impl Afmt {
     pub fn new(idle_timeout: Duration, max_flows: usize) -> Afmt {
         Afmt {
             flows: FlowTable::new(idle_timeout, max_flows),
+            flows_on: Vec::new(),
+        }
+    }
+}
+
+/// Flows of the table on `lane`.
+fn count(flows_on: &[(LaneId, u64)], lane: LaneId) -> u64 {
+    flows_on
+        .iter()
+        .find(|(l, _)| *l == lane)
+        .map_or(0, |(_, n)| *n)
+}
+
+fn add_flow(flows_on: &mut Vec<(LaneId, u64)>, lane: LaneId) {
+    match flows_on.iter_mut().find(|(l, _)| *l == lane) {
+        Some((_, n)) => *n += 1,
+        None => flows_on.push((lane, 1)),
+    }
+}
+
+fn remove_flow(flows_on: &mut Vec<(LaneId, u64)>, lane: LaneId) {
+    if let Some(i) = flows_on.iter().position(|(l, _)| *l == lane) {
+        flows_on[i].1 -= 1;
+        if flows_on[i].1 == 0 {
+            flows_on.swap_remove(i);
         }
     }
 }
@@ -35,17 +69,19 @@ impl Scheduler for Afmt {
         lanes: &[LaneView],
         now: Instant,
     ) -> Option<Pick> {
-        self.flows.expire(now);
-        let last = self.flows.get(flow).and_then(|e| {
+        let flows_on = &mut self.flows_on;
+        self.flows.expire(now, |lane| remove_flow(flows_on, lane));
+        let known = self.flows.get(flow);
+        let last = known.and_then(|e| {
             let i = lanes.iter().position(|l| l.id == e.value && l.up)?;
             Some((i, now.saturating_since(e.last_used)))
         });
         let pick = match last {
             Some((last, delta)) => {
                 let srtt_last = lanes[last].srtt;
-                let lane = least_weighted_fill(lanes, len, |i, l| {
-                    i == last || (l.up && l.srtt + delta > srtt_last)
-                })?;
+                let applicable =
+                    |i: usize, l: &LaneView| i == last || (l.up && l.srtt + delta > srtt_last);
+                let lane = least_weighted_fill(lanes, len, applicable, |_| 1)?;
                 let kind = if lane == last {
                     DecisionKind::SameLane
                 } else {
@@ -53,12 +89,26 @@ impl Scheduler for Afmt {
                 };
                 Pick { lane, kind }
             }
-            None => Pick {
-                lane: least_weighted_fill(lanes, len, |_, l| l.up)?,
-                kind: DecisionKind::NewFlow,
-            },
+            None => {
+                let sharing = |i: usize| 1 + count(&self.flows_on, lanes[i].id);
+                let lane = least_weighted_fill(lanes, len, |_, l| l.up, sharing)?;
+                Pick {
+                    lane,
+                    kind: DecisionKind::NewFlow,
+                }
+            }
         };
-        self.flows.record(flow, lanes[pick.lane].id, now);
+        let chosen = lanes[pick.lane].id;
+        let previous = known.map(|e| e.value);
+        if previous != Some(chosen) {
+            if let Some(lane) = previous {
+                remove_flow(&mut self.flows_on, lane);
+            }
+            add_flow(&mut self.flows_on, chosen);
+        }
+        if let Some(evicted) = self.flows.record(flow, chosen, now) {
+            remove_flow(&mut self.flows_on, evicted);
+        }
         Some(pick)
     }
 
@@ -178,6 +228,35 @@ mod tests {
             s.pick(FlowKey(1), 100, &lanes, at(199)).expect("pick").kind,
             DecisionKind::NewFlow
         );
+    }
+
+    #[test]
+    fn flows_starting_together_spread_over_idle_lanes() {
+        let mut s = afmt();
+        let lanes = [
+            lane(0, 10, 12_000, 0),
+            lane(1, 10, 12_000, 0),
+            lane(2, 10, 12_000, 0),
+        ];
+        let picks: Vec<usize> = (0..6)
+            .map(|f| s.pick(FlowKey(f), 100, &lanes, at(0)).expect("pick").lane)
+            .collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+        // A flow that expired no longer counts for its lane.
+        let mut s = Afmt::new(Duration::from_millis(10), 100);
+        s.pick(FlowKey(1), 100, &lanes, at(0));
+        assert_eq!(
+            s.pick(FlowKey(2), 100, &lanes, at(20)).expect("pick").lane,
+            0
+        );
+        // Neither does an evicted one: flow 2 avoids flow 1's lane, then evicts flow 1.
+        let mut s = Afmt::new(Duration::from_secs(10), 1);
+        s.pick(FlowKey(1), 100, &lanes, at(0));
+        assert_eq!(
+            s.pick(FlowKey(2), 100, &lanes, at(1)).expect("pick").lane,
+            1
+        );
+        assert_eq!(s.flows_on, [(lanes[1].id, 1)]);
     }
 
     #[test]

@@ -11,7 +11,6 @@ mod round_robin;
 mod single;
 mod weighted_round_robin;
 
-use std::cmp::Ordering;
 use std::time::Duration;
 
 pub use afmt::Afmt;
@@ -123,31 +122,33 @@ impl Algorithm {
     }
 }
 
-/// AFMT's load measure of a lane for a packet of `len` bytes:
-/// `(fill + len) * srtt / cwnd`, compared exactly (cross-multiplied in 128 bits).
-fn cmp_weighted_fill(a: &LaneView, b: &LaneView, len: usize) -> Ordering {
-    let num = |l: &LaneView| u128::from(l.fill + len as u64) * l.srtt.as_nanos();
-    let cwnd = |l: &LaneView| u128::from(l.cwnd.max(1));
-    (num(a) * cwnd(b)).cmp(&(num(b) * cwnd(a)))
+/// AFMT's load measure of a lane for a packet of `len` bytes, `(fill + len) * srtt /
+/// cwnd`, scaled by `factor`: as a fraction (numerator, denominator) so that lanes are
+/// compared exactly, cross-multiplied in 128 bits.
+fn weighted_fill(l: &LaneView, len: usize, factor: u64) -> (u128, u128) {
+    let num = u128::from(l.fill + len as u64) * l.srtt.as_nanos() * u128::from(factor);
+    (num, u128::from(l.cwnd.max(1)))
 }
 
-/// Index of the lane with the lowest weighted fill among those `eligible`, first
-/// listed on ties.
+/// Index of the lane with the lowest weighted fill (times `factor(i)`) among those
+/// `eligible`, first listed on ties.
 fn least_weighted_fill(
     lanes: &[LaneView],
     len: usize,
     eligible: impl Fn(usize, &LaneView) -> bool,
+    factor: impl Fn(usize) -> u64,
 ) -> Option<usize> {
-    let mut best: Option<usize> = None;
+    let mut best: Option<(usize, (u128, u128))> = None;
     for (i, lane) in lanes.iter().enumerate() {
         if !eligible(i, lane) {
             continue;
         }
-        if best.is_none_or(|b| cmp_weighted_fill(lane, &lanes[b], len) == Ordering::Less) {
-            best = Some(i);
+        let (num, den) = weighted_fill(lane, len, factor(i));
+        if best.is_none_or(|(_, (bnum, bden))| num * bden < bnum * den) {
+            best = Some((i, (num, den)));
         }
     }
-    best
+    best.map(|(i, _)| i)
 }
 
 #[cfg(test)]

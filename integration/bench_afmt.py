@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""The AFMT paper's experiment (Sailer & Hähner, Section IV) in braid's namespace testbed.
+
+Three bulk TCP downloads (CUBIC) run for 20 s from the server to the client through
+braid; from second 4 to 12 a bulk TCP flow outside the tunnel loads the 32 Mbit/s
+uplink in the same direction. Every scheduling algorithm and a no-tunnel single-path
+baseline (the fastest uplink, plain routing) run one after the other in one
+invocation, so their figures are comparable. Variants:
+
+  3up     uplinks 16, 32, 50 Mbit/s                 (the paper's first topology)
+  2up     uplinks 32, 50 Mbit/s                     (the paper's second)
+  delay   uplinks 16, 32, 50 Mbit/s, one-way delays 10, 30, 60 ms
+
+Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
+              [--algorithms afmt,round-robin,...] [--seconds 20] [--out bench-out]
+
+Per variant it prints a table and writes DIR/VARIANT.json and DIR/VARIANT.svg (goodput
+per second, like the paper's Figure 4). "Capacity left to the tunnel" is the sum of the
+uplinks' rates over the run minus the bytes the background flow carried; AFMT's target
+is at least 80 % of it.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTBED = os.path.join(HERE, "testbed.sh")
+SERVER = "198.18.100.2"
+VARIANTS = {
+    "3up": {"rates": [16, 32, 50], "delays": [0, 0, 0]},
+    "2up": {"rates": [32, 50], "delays": [0, 0]},
+    "delay": {"rates": [16, 32, 50], "delays": [10, 30, 60]},
+}
+ALGORITHMS = ["afmt", "round-robin", "weighted-round-robin", "min-rtt", "single"]
+MIB = 1024 * 1024
+
+
+def sh(*args, check=True, env=None, capture=True):
+    r = subprocess.run(args, env=env, capture_output=capture, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def ns(name, role):
+    return f"{name}-{role}"
+
+
+def testbed(cmd, name, env):
+    return sh("bash", TESTBED, cmd, name, env=env)
+
+
+def metric(name, role, sample):
+    """One sample of a gateway's /metrics, read inside its namespace."""
+    out = sh("ip", "netns", "exec", ns(name, role), "python3", "-c",
+             "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9190/metrics').read().decode())")
+    total = 0.0
+    for line in out.splitlines():
+        if line.startswith(sample):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def plain_route(name, uplink, n_uplinks):
+    """The no-tunnel baseline: client <-> server routed over one uplink, no braid."""
+    i, sub = uplink, uplink
+    sh("ip", "netns", "exec", ns(name, "en"), "ip", "route", "replace", "198.18.100.0/24", "via", f"198.19.{sub}.1", "dev", f"up{i}")
+    sh("ip", "netns", "exec", ns(name, f"r{i}"), "ip", "route", "replace", "198.18.100.0/24", "via", f"198.19.{100 + sub}.2")
+    sh("ip", "netns", "exec", ns(name, f"r{i}"), "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{sub}.2")
+    sh("ip", "netns", "exec", ns(name, "ex"), "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{100 + sub}.1")
+
+
+def run_one(variant, algorithm, seconds, braid, linkemu):
+    rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
+    name = "bafmt"
+    env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
+               BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm != "no-tunnel" else "afmt")
+    testbed("up", name, env)
+    try:
+        if algorithm == "no-tunnel":
+            fastest = rates.index(max(rates)) + 1
+            plain_route(name, fastest, len(rates))
+        else:
+            testbed("start", name, env)
+        # The 32 Mbit/s uplink carries the background flow, exit -> entry like the
+        # downloads, outside the tunnel.
+        bg = rates.index(32) + 1
+        bg_addr = f"198.19.{bg}.2"
+        servers = [
+            subprocess.Popen(["ip", "netns", "exec", ns(name, "sv"), "iperf3", "-s", "-1", "-p", "5201"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+            subprocess.Popen(["ip", "netns", "exec", ns(name, "en"), "iperf3", "-s", "-1", "-p", "5301", "-B", bg_addr],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        ]
+        time.sleep(0.5)
+        before = {}
+        if algorithm != "no-tunnel":
+            before["reordered"] = metric(name, "en", 'braid_reordered_packets_total{site="site1"}')
+            before["rx"] = metric(name, "en", "braid_lane_rx_packets_total")
+        results = {}
+
+        def background():
+            time.sleep(4)
+            out = sh("ip", "netns", "exec", ns(name, "ex"), "iperf3", "-c", bg_addr, "-p", "5301", "-t", str(int(seconds * 0.4)),
+                     "-C", "cubic", "-J", check=False)
+            results["background"] = json.loads(out) if out.strip() else {}
+
+        t = threading.Thread(target=background)
+        t.start()
+        out = sh("ip", "netns", "exec", ns(name, "cl"), "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", "3",
+                 "-t", str(seconds), "-i", "1", "-C", "cubic", "-J")
+        t.join()
+        main = json.loads(out)
+        per_second = [iv["sum"]["bytes"] for iv in main["intervals"]]
+        received = main["end"]["sum_received"]["bytes"]
+        retransmits = main["end"]["sum_sent"].get("retransmits", 0)
+        bg_bytes = results.get("background", {}).get("end", {}).get("sum_received", {}).get("bytes", 0)
+        row = {"algorithm": algorithm, "bytes": received, "per_second": per_second,
+               "retransmits": retransmits, "background_bytes": bg_bytes}
+        if algorithm != "no-tunnel":
+            reordered = metric(name, "en", 'braid_reordered_packets_total{site="site1"}') - before["reordered"]
+            rx = metric(name, "en", "braid_lane_rx_packets_total") - before["rx"]
+            row["reordered"] = reordered
+            row["rx_packets"] = rx
+            row["reordered_pct"] = 100.0 * reordered / rx if rx else 0.0
+        for s in servers:
+            s.kill()
+        return row
+    finally:
+        testbed("down", name, env)
+
+
+def svg(variant, rows, seconds, path):
+    w, h, pad = 720, 400, 50
+    peak = max(max(r["per_second"]) for r in rows) / MIB * 1.1 or 1
+    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">Total goodput, {variant} '
+           f'(background flow on the 32 Mbit/s uplink from 4 s to 12 s)</text>',
+           f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
+           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">time (s)</text>',
+           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">MiB/s</text>']
+    sx = (w - 2 * pad) / seconds
+    sy = (h - 2 * pad) / peak
+    for k in range(0, int(peak) + 1):
+        y = h - pad - k * sy
+        out.append(f'<text x="{pad - 8}" y="{y + 4}" text-anchor="end">{k}</text>')
+    for k in range(0, seconds + 1, 2):
+        out.append(f'<text x="{pad + k * sx}" y="{h - pad + 15}" text-anchor="middle">{k}</text>')
+    for i, r in enumerate(rows):
+        pts = " ".join(f"{pad + (j + 1) * sx:.1f},{h - pad - b / MIB * sy:.1f}" for j, b in enumerate(r["per_second"]))
+        c = colours[i % len(colours)]
+        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{pts}"/>')
+        out.append(f'<text x="{w - pad - 150}" y="{pad + 15 * i}" fill="{c}">{r["algorithm"]}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
+def report(variant, rows, seconds):
+    rates = VARIANTS[variant]["rates"]
+    capacity = sum(rates) * 1e6 / 8 * seconds
+    bg = max((r["background_bytes"] for r in rows if r["algorithm"] == "afmt"), default=0)
+    left = capacity - bg
+    print(f"\n== {variant}: uplinks {rates} Mbit/s, delays {VARIANTS[variant]['delays']} ms, {seconds} s")
+    print(f"capacity {capacity / MIB:.1f} MiB; background flow (AFMT run) {bg / MIB:.1f} MiB; "
+          f"left to the tunnel {left / MIB:.1f} MiB")
+    print(f"{'algorithm':22} {'MiB':>7} {'Mbit/s':>7} {'of left':>8} {'retrans':>8} {'reordered':>10}  per second (MiB)")
+    for r in rows:
+        reord = f"{r['reordered_pct']:.2f}%" if "reordered_pct" in r else "-"
+        share = 100.0 * r["bytes"] / left if left else 0
+        series = " ".join(f"{b / MIB:.1f}" for b in r["per_second"])
+        print(f"{r['algorithm']:22} {r['bytes'] / MIB:7.1f} {r['bytes'] * 8 / seconds / 1e6:7.1f} {share:7.1f}% "
+              f"{r['retransmits']:8d} {reord:>10}  {series}")
+    by = {r["algorithm"]: r["bytes"] for r in rows}
+    if "afmt" in by:
+        if "round-robin" in by and by["round-robin"]:
+            print(f"AFMT / round-robin = {by['afmt'] / by['round-robin']:.2f}")
+        if "no-tunnel" in by and by["no-tunnel"]:
+            print(f"AFMT / single fastest path (no tunnel) = {by['afmt'] / by['no-tunnel']:.2f}")
+        print(f"AFMT / capacity left to the tunnel = {by['afmt'] / left:.2f}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--braid", required=True)
+    p.add_argument("--linkemu")
+    p.add_argument("--variants", default="3up,2up,delay")
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS + ["no-tunnel"]))
+    p.add_argument("--seconds", type=int, default=20)
+    p.add_argument("--out", default="bench-out")
+    a = p.parse_args()
+    braid = os.path.abspath(a.braid)
+    linkemu = os.path.abspath(a.linkemu or os.path.join(os.path.dirname(braid), "braid-linkemu"))
+    os.makedirs(a.out, exist_ok=True)
+    for variant in a.variants.split(","):
+        rows = []
+        for algorithm in a.algorithms.split(","):
+            print(f"running {variant} / {algorithm} ...", file=sys.stderr, flush=True)
+            rows.append(run_one(variant, algorithm, a.seconds, braid, linkemu))
+        with open(os.path.join(a.out, f"{variant}.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+        svg(variant, rows, a.seconds, os.path.join(a.out, f"{variant}.svg"))
+        report(variant, rows, a.seconds)
+
+
+if __name__ == "__main__":
+    main()
