@@ -7,6 +7,7 @@ pub mod engine;
 pub mod flow;
 pub mod icmp;
 pub mod lane;
+pub mod lane_cc;
 pub mod packet;
 pub mod route;
 pub mod sched;

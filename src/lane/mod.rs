@@ -5,6 +5,7 @@
 //! `server.rs` accepts and authenticates lanes at the exit. Both hand a ready
 //! [`NewLane`] to the driver, which owns the data path.
 
+pub mod cc;
 pub mod client;
 pub mod server;
 
@@ -75,7 +76,8 @@ pub fn transport_config(v6_path: bool) -> quinn::TransportConfig {
         .max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .datagram_send_buffer_size(QUINN_DATAGRAM_SEND_BUFFER)
         .datagram_receive_buffer_size(Some(QUINN_DATAGRAM_RECEIVE_BUFFER))
-        .max_concurrent_uni_streams(0u8.into());
+        .max_concurrent_uni_streams(0u8.into())
+        .congestion_controller_factory(Arc::new(cc::LaneControllerFactory));
     t
 }
 

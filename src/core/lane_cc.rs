@@ -1,0 +1,177 @@
+//! The congestion window of a lane: NewReno's slow start and congestion avoidance,
+//! plus a delay cap: a standing queue of more than [`QUEUE_TARGET`] above the lane's
+//! lowest RTT counts as congestion (at most once per round trip).
+//!
+//! Why: AFMT may move a flow to a lane with a lower SRTT only after a pause longer
+//! than the SRTT difference, which a bulk flow never makes. Loss-based controllers
+//! (Cubic, NewReno) fill the uplink's buffer, so the first loaded lane's SRTT soars
+//! and traps its flows there. Capping each lane's queue keeps the SRTTs of all lanes
+//! within [`QUEUE_TARGET`] of their path delays, and flows free to move. Pure: the
+//! shell adapts it to quinn's `Controller` trait (`lane/cc.rs`).
+
+use std::time::Duration;
+
+use super::time::Instant;
+
+/// Queueing delay a lane may keep standing in the network.
+pub const QUEUE_TARGET: Duration = Duration::from_millis(15);
+/// Window reduction when the queue exceeds the target: gentle, as delay is an early
+/// signal, not a loss.
+const DELAY_BACKOFF: (u64, u64) = (7, 8);
+/// Window reduction on loss (Cubic's β).
+const LOSS_BACKOFF: (u64, u64) = (7, 10);
+
+#[derive(Debug, Clone)]
+pub struct LaneWindow {
+    window: u64,
+    ssthresh: u64,
+    /// Packets sent before this instant do not cause another reduction.
+    recovery_start: Instant,
+    /// Bytes acknowledged in congestion avoidance towards the next increase.
+    bytes_acked: u64,
+    mtu: u64,
+    initial: u64,
+}
+
+impl LaneWindow {
+    pub fn new(initial_window: u64, mtu: u16, now: Instant) -> LaneWindow {
+        LaneWindow {
+            window: initial_window,
+            ssthresh: u64::MAX,
+            recovery_start: now,
+            bytes_acked: 0,
+            mtu: u64::from(mtu),
+            initial: initial_window,
+        }
+    }
+
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    pub fn initial_window(&self) -> u64 {
+        self.initial
+    }
+
+    pub fn ssthresh(&self) -> u64 {
+        self.ssthresh
+    }
+
+    /// `bytes` sent at `sent` were acknowledged at `now`; `srtt` and `min_rtt` are the
+    /// connection's current estimates.
+    pub fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        srtt: Duration,
+        min_rtt: Duration,
+    ) {
+        if app_limited || sent <= self.recovery_start {
+            return;
+        }
+        if srtt.saturating_sub(min_rtt) > QUEUE_TARGET {
+            self.reduce(now, DELAY_BACKOFF);
+            return;
+        }
+        if self.window < self.ssthresh {
+            self.window += bytes;
+            if self.window >= self.ssthresh {
+                self.bytes_acked = self.window - self.ssthresh;
+            }
+        } else {
+            self.bytes_acked += bytes;
+            if self.bytes_acked >= self.window {
+                self.bytes_acked -= self.window;
+                self.window += self.mtu;
+            }
+        }
+    }
+
+    /// Packets sent at `sent` were lost.
+    pub fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool) {
+        if sent <= self.recovery_start {
+            return;
+        }
+        self.reduce(now, LOSS_BACKOFF);
+        if persistent {
+            self.window = self.minimum();
+        }
+    }
+
+    pub fn on_mtu_update(&mut self, mtu: u16) {
+        self.mtu = u64::from(mtu);
+        self.window = self.window.max(self.minimum());
+    }
+
+    fn reduce(&mut self, now: Instant, (num, den): (u64, u64)) {
+        self.recovery_start = now;
+        self.window = (self.window * num / den).max(self.minimum());
+        self.ssthresh = self.window;
+        self.bytes_acked = 0;
+    }
+
+    fn minimum(&self) -> u64 {
+        2 * self.mtu
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * MS)
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn grows_like_new_reno_while_the_queue_is_short() {
+        let mut w = LaneWindow::new(12_000, 1200, at(0));
+        w.on_ack(at(10), at(1), 12_000, false, ms(10), ms(8));
+        assert_eq!(
+            w.window(),
+            24_000,
+            "slow start doubles per window acknowledged"
+        );
+        w.on_ack(at(11), at(2), 100, true, ms(10), ms(8));
+        assert_eq!(
+            w.window(),
+            24_000,
+            "an application-limited lane does not grow"
+        );
+    }
+
+    #[test]
+    fn a_standing_queue_reduces_the_window_once_per_round_trip() {
+        let mut w = LaneWindow::new(80_000, 1200, at(0));
+        w.on_ack(at(100), at(50), 1200, false, ms(30), ms(10)); // 20 ms queue > 15 ms
+        assert_eq!(w.window(), 70_000);
+        assert_eq!(w.ssthresh(), 70_000);
+        // Acks of packets sent before the reduction do not reduce it again.
+        w.on_ack(at(101), at(99), 1200, false, ms(30), ms(10));
+        assert_eq!(w.window(), 70_000);
+        w.on_ack(at(140), at(120), 1200, false, ms(30), ms(10));
+        assert_eq!(w.window(), 61_250);
+        // Back under the target: congestion avoidance, one MTU per window acked.
+        w.on_ack(at(200), at(150), 61_250, false, ms(20), ms(10));
+        assert_eq!(w.window(), 62_450);
+    }
+
+    #[test]
+    fn loss_cuts_the_window_and_persistent_congestion_resets_it() {
+        let mut w = LaneWindow::new(100_000, 1200, at(0));
+        w.on_loss(at(50), at(40), false);
+        assert_eq!(w.window(), 70_000);
+        w.on_loss(at(51), at(45), false);
+        assert_eq!(w.window(), 70_000, "one reduction per recovery period");
+        w.on_loss(at(90), at(60), true);
+        assert_eq!(w.window(), 2400);
+    }
+}
