@@ -30,6 +30,16 @@ enum Command {
     /// Manage the deployment's private CA.
     #[command(subcommand)]
     Cert(CertCommand),
+    /// Build a namespace testbed with three uplinks, run both gateways and three
+    /// downloads, and show a live per-uplink table (root; Ctrl-C stops and cleans up).
+    Demo {
+        /// Stop after this many seconds instead of at Ctrl-C.
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// The scheduling algorithm of both gateways.
+        #[arg(long, default_value = "afmt")]
+        scheduler: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -54,6 +64,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
+        Command::Demo { seconds, scheduler } => crate::demo::run(seconds, &scheduler),
         Command::Cert(CertCommand::Init { dir }) => crate::cert::init_ca(&dir)
             .map(|()| println!("wrote {0}/ca.pem and {0}/ca.key", dir.display())),
         Command::Cert(CertCommand::Issue { ca, name }) => crate::cert::issue(&ca, &name)

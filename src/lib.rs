@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod core;
+pub mod demo;
 pub mod driver;
 pub mod lane;
 pub mod metrics;

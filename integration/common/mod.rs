@@ -23,6 +23,11 @@ pub fn braid_bin() -> &'static str {
     env!("CARGO_BIN_EXE_braid")
 }
 
+/// Holds the testbed lock without building one (for `braid demo`, which builds its own).
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub struct Testbed {
     pub name: String,
     pub state: PathBuf,

@@ -8,6 +8,13 @@
 //! and traps its flows there. Capping each lane's queue keeps the SRTTs of all lanes
 //! within [`QUEUE_TARGET`] of their path delays, and flows free to move. Pure: the
 //! shell adapts it to quinn's `Controller` trait (`lane/cc.rs`).
+//!
+//! A delay-based controller yields to loss-based cross traffic, which keeps the queue
+//! full whatever the lane does: in the testbed a lane next to one CUBIC flow fell to
+//! nothing. So, as Copa does, the delay cap applies only while the queue has been
+//! seen short recently ([`compete_after`]); a queue that stays long while the lane
+//! backs off is someone else's, and the lane then competes as NewReno until the queue
+//! drains again.
 
 use std::time::Duration;
 
@@ -15,11 +22,14 @@ use super::time::Instant;
 
 /// Queueing delay a lane may keep standing in the network.
 pub const QUEUE_TARGET: Duration = Duration::from_millis(15);
-/// Window reduction when the queue exceeds the target: gentle, as delay is an early
-/// signal, not a loss.
-const DELAY_BACKOFF: (u64, u64) = (7, 8);
 /// Window reduction on loss (Cubic's β).
 const LOSS_BACKOFF: (u64, u64) = (7, 10);
+
+/// How long the queue may stay above half the target before the lane stops yielding:
+/// 20 round trips of the path, at least half a second.
+pub fn compete_after(min_rtt: Duration) -> Duration {
+    (min_rtt * 20).max(Duration::from_millis(500))
+}
 
 #[derive(Debug, Clone)]
 pub struct LaneWindow {
@@ -31,6 +41,8 @@ pub struct LaneWindow {
     bytes_acked: u64,
     mtu: u64,
     initial: u64,
+    /// When the queue was last seen below half the target.
+    calm_at: Instant,
 }
 
 impl LaneWindow {
@@ -42,6 +54,7 @@ impl LaneWindow {
             bytes_acked: 0,
             mtu: u64::from(mtu),
             initial: initial_window,
+            calm_at: now,
         }
     }
 
@@ -68,11 +81,22 @@ impl LaneWindow {
         srtt: Duration,
         min_rtt: Duration,
     ) {
+        let queue = srtt.saturating_sub(min_rtt);
+        if queue < QUEUE_TARGET / 2 {
+            self.calm_at = now;
+        }
         if app_limited || sent <= self.recovery_start {
             return;
         }
-        if srtt.saturating_sub(min_rtt) > QUEUE_TARGET {
-            self.reduce(now, DELAY_BACKOFF);
+        let competing = now.saturating_since(self.calm_at) > compete_after(min_rtt);
+        if queue > QUEUE_TARGET && !competing {
+            // Scale the window to what leaves half the target queued: srtt is
+            // min_rtt + queue, so one step drains the excess even after slow start
+            // overshot by a large factor.
+            let keep = (min_rtt + QUEUE_TARGET / 2).as_nanos();
+            let num = u64::try_from(keep).unwrap_or(u64::MAX);
+            let den = u64::try_from(srtt.as_nanos()).unwrap_or(u64::MAX).max(1);
+            self.reduce(now, (num.min(den), den));
             return;
         }
         if self.window < self.ssthresh {
@@ -107,7 +131,10 @@ impl LaneWindow {
 
     fn reduce(&mut self, now: Instant, (num, den): (u64, u64)) {
         self.recovery_start = now;
-        self.window = (self.window * num / den).max(self.minimum());
+        let scaled = u128::from(self.window) * u128::from(num) / u128::from(den.max(1));
+        self.window = u64::try_from(scaled)
+            .unwrap_or(u64::MAX)
+            .max(self.minimum());
         self.ssthresh = self.window;
         self.bytes_acked = 0;
     }
@@ -151,17 +178,42 @@ mod tests {
     #[test]
     fn a_standing_queue_reduces_the_window_once_per_round_trip() {
         let mut w = LaneWindow::new(80_000, 1200, at(0));
-        w.on_ack(at(100), at(50), 1200, false, ms(30), ms(10)); // 20 ms queue > 15 ms
-        assert_eq!(w.window(), 70_000);
-        assert_eq!(w.ssthresh(), 70_000);
+        // A 20 ms queue over a 10 ms path: keep 10 + 7.5 ms of the 30 ms.
+        w.on_ack(at(100), at(50), 1200, false, ms(30), ms(10));
+        assert_eq!(w.window(), 46_666);
+        assert_eq!(w.ssthresh(), 46_666);
         // Acks of packets sent before the reduction do not reduce it again.
         w.on_ack(at(101), at(99), 1200, false, ms(30), ms(10));
-        assert_eq!(w.window(), 70_000);
-        w.on_ack(at(140), at(120), 1200, false, ms(30), ms(10));
-        assert_eq!(w.window(), 61_250);
+        assert_eq!(w.window(), 46_666);
+        w.on_ack(at(140), at(120), 1200, false, ms(35), ms(10));
+        assert_eq!(w.window(), 23_333);
         // Back under the target: congestion avoidance, one MTU per window acked.
-        w.on_ack(at(200), at(150), 61_250, false, ms(20), ms(10));
-        assert_eq!(w.window(), 62_450);
+        w.on_ack(at(200), at(150), 23_333, false, ms(20), ms(10));
+        assert_eq!(w.window(), 24_533);
+    }
+
+    #[test]
+    fn a_queue_that_stays_long_is_cross_traffic_and_is_competed_with() {
+        let mut w = LaneWindow::new(80_000, 1200, at(0));
+        w.on_ack(at(1), at(0), 1200, false, ms(11), ms(10)); // calm at 1 ms
+        w.on_ack(at(100), at(50), 1200, false, ms(40), ms(10));
+        assert_eq!(
+            w.window(),
+            35_000,
+            "a fresh standing queue: back off to 17.5 of 40 ms"
+        );
+        // Still long 600 ms after the queue was last short: someone else's queue.
+        let before = w.window();
+        w.on_ack(at(700), at(650), before, false, ms(40), ms(10));
+        assert!(
+            w.window() > before,
+            "the lane grows like NewReno instead of yielding"
+        );
+        // Once the queue drained, the cap applies again.
+        w.on_ack(at(800), at(750), 1200, false, ms(12), ms(10));
+        let before = w.window();
+        w.on_ack(at(900), at(850), 1200, false, ms(40), ms(10));
+        assert!(w.window() < before);
     }
 
     #[test]

@@ -101,7 +101,10 @@ impl Scheduler for Afmt {
                 let bar = delay_last + SWITCH_MARGIN + delay_last / 8;
                 let applicable =
                     |i: usize, l: &LaneView| i == last || (l.up && delay(l) + delta > bar);
-                let lane = least_weighted_fill(lanes, len, applicable, |_| 1)?;
+                // Other flows on a lane share it with this one: count them.
+                let sharing =
+                    |i: usize| 1 + count(&self.flows_on, lanes[i].id) - u64::from(i == last);
+                let lane = least_weighted_fill(lanes, len, applicable, sharing)?;
                 let kind = if lane == last {
                     DecisionKind::SameLane
                 } else {
