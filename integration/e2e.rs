@@ -502,49 +502,6 @@ fn an_entry_killed_with_sigkill_is_back_in_service_as_soon_as_it_restarts() {
 }
 
 #[test]
-fn afmt_spreads_parallel_downloads_over_all_three_uplinks() {
-    let mut tb = Testbed::up("e2eafmt", &[("RATES", "16 32 50"), ("SCHEDULER", "afmt")]);
-    tb.start();
-    tb.spawn("sv", &["iperf3", "-s", "-1"], false);
-    std::thread::sleep(Duration::from_millis(300));
-    let sample = |i: u32| {
-        format!("braid_lane_tx_bytes_total{{colour=\"blue\",site=\"site1\",uplink=\"up{i}\"}}")
-    };
-    let before: Vec<f64> = (1..=3).map(|i| tb.metric("ex", &sample(i))).collect();
-    let out = tb.ok(
-        "cl",
-        &[
-            "iperf3", "-c", SERVER_V4, "-R", "-P", "6", "-t", "6", "-C", "cubic",
-        ],
-    );
-    let after: Vec<f64> = (1..=3).map(|i| tb.metric("ex", &sample(i))).collect();
-    let carried: Vec<f64> = before.iter().zip(&after).map(|(b, a)| a - b).collect();
-    let total: f64 = carried.iter().sum();
-    let summary = out
-        .lines()
-        .find(|l| l.contains("SUM") && l.contains("receiver"))
-        .unwrap_or_default()
-        .to_string();
-    println!("per uplink (bytes): {carried:?}; {summary}");
-    for (i, c) in carried.iter().enumerate() {
-        assert!(
-            *c > 0.1 * total,
-            "uplink {} carried {:.1}% of the downloads",
-            i + 1,
-            100.0 * c / total
-        );
-    }
-    let decisions = tb.metric("ex", "braid_sched_decisions_total{colour=\"blue\",kind=\"new_flow\",site=\"site1\",uplink=\"up1\"}")
-        + tb.metric("ex", "braid_sched_decisions_total{colour=\"blue\",kind=\"new_flow\",site=\"site1\",uplink=\"up2\"}")
-        + tb.metric("ex", "braid_sched_decisions_total{colour=\"blue\",kind=\"new_flow\",site=\"site1\",uplink=\"up3\"}");
-    assert!(
-        decisions >= 6.0,
-        "the exit saw {decisions} new flows, not the 6 downloads"
-    );
-    assert!(tb.metric("ex", "braid_flows_active") >= 1.0);
-}
-
-#[test]
 fn braid_demo_shows_three_uplinks_and_cleans_up() {
     let _lock = common::exclusive();
     assert!(nix::unistd::geteuid().is_root(), "the demo needs root");

@@ -95,16 +95,24 @@ impl Scheduler for Afmt {
         });
         let pick = match last {
             Some((last, delta)) => {
+                let current = &lanes[last];
                 // A smoothed RTT lags the queue it measures: another lane must look
                 // slower by a margin before a busy flow may move to it.
-                let delay_last = delay(&lanes[last]);
+                let delay_last = delay(current);
                 let bar = delay_last + SWITCH_MARGIN + delay_last / 8;
-                let applicable =
-                    |i: usize, l: &LaneView| i == last || (l.up && delay(l) + delta > bar);
                 // Other flows on a lane share it with this one: count them.
                 let sharing =
                     |i: usize| 1 + count(&self.flows_on, lanes[i].id) - u64::from(i == last);
-                let lane = least_weighted_fill(lanes, len, applicable, sharing)?;
+                let lane = if delta <= bar && current.fill.saturating_mul(2) <= current.cwnd {
+                    // The lane keeps up with the flow and the flow did not pause: no
+                    // reason to move. (A busier lane's larger cwnd would otherwise lure
+                    // flows away from lanes whose cwnd never grew for want of load.)
+                    last
+                } else {
+                    let applicable =
+                        |i: usize, l: &LaneView| i == last || (l.up && delay(l) + delta > bar);
+                    least_weighted_fill(lanes, len, applicable, sharing)?
+                };
                 let kind = if lane == last {
                     DecisionKind::SameLane
                 } else {
@@ -196,10 +204,10 @@ mod tests {
                 kind: DecisionKind::Switch
             }
         );
-        // Back to the fast lane only once the pause δ covers the difference:
-        // 10 + δ > 50 + 2 + 50/8 = 58.25 ms.
+        // The slow lane keeps up with the flow, so it stays there until it pauses for
+        // longer than that lane's delay plus the margin, 50 + 2 + 50/8 = 58.25 ms.
         lanes[0].fill = 0;
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(1 + 48)).expect("pick");
+        let p = s.pick(FlowKey(7), 1000, &lanes, at(1 + 58)).expect("pick");
         assert_eq!(
             p,
             Pick {
@@ -207,11 +215,32 @@ mod tests {
                 kind: DecisionKind::SameLane
             }
         );
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(49 + 49)).expect("pick");
+        let p = s.pick(FlowKey(7), 1000, &lanes, at(59 + 59)).expect("pick");
         assert_eq!(
             p,
             Pick {
                 lane: 0,
+                kind: DecisionKind::Switch
+            }
+        );
+    }
+
+    #[test]
+    fn a_backlogged_lane_lets_its_flows_move_to_slower_lanes() {
+        let mut s = afmt();
+        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
+        s.pick(FlowKey(7), 1000, &lanes, at(0));
+        lanes[0].fill = 4000; // less than half the cwnd: the lane keeps up
+        assert_eq!(
+            s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick").lane,
+            0
+        );
+        lanes[0].fill = 6000; // backlogged: weighted fill 7 against the slow lane's 5
+        let p = s.pick(FlowKey(7), 1000, &lanes, at(2)).expect("pick");
+        assert_eq!(
+            p,
+            Pick {
+                lane: 1,
                 kind: DecisionKind::Switch
             }
         );
