@@ -2,7 +2,7 @@
 //! queue inside braid is below its congestion window; if every lane is that full, the
 //! lowest SRTT among all lanes that are up.
 
-use super::{DecisionKind, Pick, Scheduler};
+use super::{Pick, Scheduler};
 use crate::core::lane::LaneView;
 use crate::core::packet::FlowKey;
 use crate::core::time::Instant;
@@ -20,10 +20,7 @@ impl Scheduler for MinRtt {
                 .map(|(i, _)| i)
         };
         let lane = lowest(true).or_else(|| lowest(false))?;
-        Some(Pick {
-            lane,
-            kind: DecisionKind::Stateless,
-        })
+        Some(Pick::stateless(lane))
     }
 }
 

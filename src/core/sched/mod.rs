@@ -61,6 +61,16 @@ pub struct Pick {
     pub kind: DecisionKind,
 }
 
+impl Pick {
+    /// A decision of an algorithm without per-flow state.
+    pub fn stateless(lane: usize) -> Pick {
+        Pick {
+            lane,
+            kind: DecisionKind::Stateless,
+        }
+    }
+}
+
 /// A per-packet lane choice.
 pub trait Scheduler: Send {
     /// The lane (index into `lanes`) that should carry a packet of `flow` of `len`
@@ -166,5 +176,24 @@ pub(crate) mod testing {
             max_datagram: 1400,
             ..LaneView::new(LaneId(id), Colour::Blue)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_algorithms_are_listed_in_order_and_named_uniquely() {
+        for (i, k) in DecisionKind::ALL.iter().enumerate() {
+            assert_eq!(
+                *k as usize, i,
+                "the shell indexes metric children by the kind"
+            );
+        }
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::from_name(a.as_str()), Some(a));
+        }
+        assert_eq!(Algorithm::from_name("fastest"), None);
     }
 }

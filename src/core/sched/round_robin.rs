@@ -1,6 +1,6 @@
 //! Round-robin over the lanes that are up: the AFMT paper's baseline.
 
-use super::{DecisionKind, Pick, Scheduler};
+use super::{Pick, Scheduler};
 use crate::core::lane::LaneView;
 use crate::core::packet::FlowKey;
 use crate::core::time::Instant;
@@ -16,10 +16,7 @@ impl Scheduler for RoundRobin {
         let n = lanes.len();
         let lane = (0..n).map(|k| (self.next + k) % n).find(|&i| lanes[i].up)?;
         self.next = lane + 1;
-        Some(Pick {
-            lane,
-            kind: DecisionKind::Stateless,
-        })
+        Some(Pick::stateless(lane))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Active/backup: every packet on the first uplink (in configuration order) that is up.
 
-use super::{DecisionKind, Pick, Scheduler};
+use super::{Pick, Scheduler};
 use crate::core::lane::LaneView;
 use crate::core::packet::FlowKey;
 use crate::core::time::Instant;
@@ -14,10 +14,7 @@ impl Scheduler for Single {
             .enumerate()
             .filter(|(_, l)| l.up)
             .min_by_key(|(_, l)| l.rank)?;
-        Some(Pick {
-            lane,
-            kind: DecisionKind::Stateless,
-        })
+        Some(Pick::stateless(lane))
     }
 }
 

@@ -2,7 +2,7 @@
 //! without a known rate weigh as much as the average of those with one (all alike
 //! when no rate is known).
 
-use super::{DecisionKind, Pick, Scheduler};
+use super::{Pick, Scheduler};
 use crate::core::lane::{LaneId, LaneView};
 use crate::core::packet::FlowKey;
 use crate::core::time::Instant;
@@ -51,10 +51,7 @@ impl Scheduler for WeightedRoundRobin {
         if let Some((_, c)) = self.credit.iter_mut().find(|(id, _)| *id == lanes[lane].id) {
             *c -= total;
         }
-        Some(Pick {
-            lane,
-            kind: DecisionKind::Stateless,
-        })
+        Some(Pick::stateless(lane))
     }
 }
 
