@@ -209,16 +209,6 @@ impl DataPath {
         }
     }
 
-    /// The lanes of a site as last updated.
-    pub fn lanes(&self, site: SiteIdx) -> &[LaneView] {
-        &self.sites[site.0 as usize].lanes
-    }
-
-    /// True when at least one lane of any site is up.
-    pub fn any_lane_up(&self) -> bool {
-        self.sites.iter().any(|s| s.lanes.iter().any(|l| l.up))
-    }
-
     /// Flows the schedulers of all sites track.
     pub fn flows_active(&self) -> usize {
         self.sites.iter().map(|s| s.scheduler.flows()).sum()
@@ -554,7 +544,11 @@ mod tests {
         assert_eq!(again, a1);
         e.remove_lane(a2);
         e.remove_lane(again);
-        assert!(!e.any_lane_up());
+        let mut pkt = to_site_a();
+        assert_eq!(
+            e.handle_tun_packet(&mut pkt, Instant::ZERO),
+            TunVerdict::Drop(DropReason::NoLane)
+        );
     }
 
     #[test]
