@@ -8,6 +8,8 @@
 mod afmt;
 mod min_rtt;
 mod round_robin;
+#[cfg(test)]
+mod sim;
 mod single;
 mod weighted_round_robin;
 
