@@ -142,8 +142,9 @@ impl Driver {
         let mut idle_refresh = tokio::time::interval(IDLE_REFRESH_INTERVAL);
         idle_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Unbiased: under load, lane datagrams and TUN reads are both always ready,
+            // and a fixed order would starve the later one.
             tokio::select! {
-                biased;
                 () = shutdown.cancelled() => break,
                 _ = idle_refresh.tick() => self.refresh_lanes(self.clock.now()),
                 Some(event) = self.events.recv() => self.handle_event(event),
