@@ -364,8 +364,7 @@ fn a_broken_uplink_is_avoided_within_half_a_second() {
 fn lanes_come_back_when_the_exit_restarts() {
     let mut tb = Testbed::up("e2erestart", &[("RATES", "0 0 0")]);
     tb.start();
-    let pid = std::fs::read_to_string(tb.path("exit.pid")).expect("exit pid");
-    let pid = nix::unistd::Pid::from_raw(pid.trim().parse().expect("pid"));
+    let pid = tb.gateway_pid("exit");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
     let stopped = (0..50).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
@@ -480,8 +479,7 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
 fn an_entry_killed_with_sigkill_is_back_in_service_as_soon_as_it_restarts() {
     let mut tb = Testbed::up("e2ekill", &[("RATES", "0 0 0")]);
     tb.start();
-    let pid = std::fs::read_to_string(tb.path("site1.pid")).expect("entry pid");
-    let pid = nix::unistd::Pid::from_raw(pid.trim().parse().expect("pid"));
+    let pid = tb.gateway_pid("site1");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
     std::thread::sleep(Duration::from_millis(200));
     // The exit still holds the dead lanes (no CONNECTION_CLOSE came); the restarted

@@ -152,7 +152,7 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "site = \"$2\""
         echo "[tun]"
         echo "name = \"braid0\""
-        echo "address = [\"198.18.251.$((RANDOM % 200 + 1))/32\", \"fd00:251::1/128\"]"
+        echo "address = [\"198.18.251.1/32\", \"fd00:251::1/128\"]"
         echo "routes = [\"198.18.100.0/24\", \"fd00:100::/64\"]"
         echo "[tls]"
         echo "ca = \"ca.pem\""

@@ -403,7 +403,7 @@ impl Driver {
                 && max_datagram > 0
                 && io.conn.close_reason().is_none()
                 && self.live.get(&io.key) == Some(&id),
-            srtt: io.conn.rtt(),
+            srtt: path.rtt,
             cwnd: path.cwnd,
             fill: io.shared.queued.load(Ordering::Relaxed) + in_quinn,
             max_datagram,

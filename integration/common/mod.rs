@@ -184,6 +184,12 @@ impl Testbed {
         std::fs::read_to_string(self.state.join(file)).unwrap_or_default()
     }
 
+    /// The pid `testbed.sh start` recorded for a gateway ("exit", "site1", "site2").
+    pub fn gateway_pid(&self, gateway: &str) -> nix::unistd::Pid {
+        let text = std::fs::read_to_string(self.path(&format!("{gateway}.pid"))).expect("pid file");
+        nix::unistd::Pid::from_raw(text.trim().parse().expect("pid"))
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.state.join(file)
     }

@@ -15,16 +15,13 @@ pub struct WeightedRoundRobin {
 
 impl Scheduler for WeightedRoundRobin {
     fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
-        let known: Vec<u64> = lanes
+        // Per packet: sum and count the known rates without collecting them.
+        let (sum, n) = lanes
             .iter()
             .filter(|l| l.up)
             .filter_map(|l| l.rate_kbps)
-            .collect();
-        let fallback = if known.is_empty() {
-            1
-        } else {
-            known.iter().sum::<u64>() / known.len() as u64
-        };
+            .fold((0u64, 0u64), |(sum, n), r| (sum.saturating_add(r), n + 1));
+        let fallback = sum.checked_div(n).unwrap_or(1);
         self.credit
             .retain(|(id, _)| lanes.iter().any(|l| l.id == *id && l.up));
         let mut total = 0i64;
