@@ -54,15 +54,34 @@ def testbed(cmd, name, env):
     return sh("bash", TESTBED, cmd, name, env=env)
 
 
-def metric(name, role, sample):
-    """One sample of a gateway's /metrics, read inside its namespace."""
-    out = sh("ip", "netns", "exec", ns(name, role), "python3", "-c",
+def metrics_text(name, role):
+    return sh("ip", "netns", "exec", ns(name, role), "python3", "-c",
              "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9190/metrics').read().decode())")
+
+
+def metric(name, role, sample, text=None):
+    """The sum of the samples of a gateway's /metrics that start with `sample`."""
+    out = text if text is not None else metrics_text(name, role)
     total = 0.0
     for line in out.splitlines():
         if line.startswith(sample):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def lane_bytes(name, uplink, text=None):
+    """Bytes the exit sent over one uplink's lanes (the downloads' direction)."""
+    return metric(name, "ex", f'braid_lane_tx_bytes_total{{colour="blue",site="site1",uplink="up{uplink}"}}', text)
+
+
+def sample_uplinks(name, n, seconds, into):
+    """Once a second: per uplink, the exit's bytes sent, SRTT (ms) and cwnd (bytes)."""
+    for _ in range(seconds):
+        time.sleep(1)
+        text = metrics_text(name, "ex")
+        lane = lambda family, i: metric(name, "ex", f'braid_{family}{{colour="blue",site="site1",uplink="up{i}"}}', text)
+        into.append([{"tx_bytes": lane_bytes(name, i, text), "srtt_ms": 1000 * lane("lane_srtt_seconds", i),
+                      "cwnd": lane("lane_cwnd_bytes", i)} for i in range(1, n + 1)])
 
 
 def plain_route(name, uplink, n_uplinks):
@@ -101,6 +120,7 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         if algorithm != "no-tunnel":
             before["reordered"] = metric(name, "en", 'braid_reordered_packets_total{site="site1"}')
             before["rx"] = metric(name, "en", "braid_lane_rx_packets_total")
+            before["lanes"] = [lane_bytes(name, i) for i in range(1, len(rates) + 1)]
         results = {}
 
         def background():
@@ -111,6 +131,9 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
 
         t = threading.Thread(target=background)
         t.start()
+        uplinks = []
+        if algorithm != "no-tunnel":
+            threading.Thread(target=sample_uplinks, args=(name, len(rates), seconds, uplinks), daemon=True).start()
         out = sh("ip", "netns", "exec", ns(name, "cl"), "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", "3",
                  "-t", str(seconds), "-i", "1", "-C", "cubic", "-J")
         t.join()
@@ -120,13 +143,15 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         retransmits = main["end"]["sum_sent"].get("retransmits", 0)
         bg_bytes = results.get("background", {}).get("end", {}).get("sum_received", {}).get("bytes", 0)
         row = {"algorithm": algorithm, "bytes": received, "per_second": per_second,
-               "retransmits": retransmits, "background_bytes": bg_bytes}
+               "retransmits": retransmits, "background_bytes": bg_bytes, "uplinks_per_second": uplinks}
         if algorithm != "no-tunnel":
             reordered = metric(name, "en", 'braid_reordered_packets_total{site="site1"}') - before["reordered"]
             rx = metric(name, "en", "braid_lane_rx_packets_total") - before["rx"]
             row["reordered"] = reordered
             row["rx_packets"] = rx
             row["reordered_pct"] = 100.0 * reordered / rx if rx else 0.0
+            carried = [lane_bytes(name, i) - b for i, b in enumerate(before["lanes"], 1)]
+            row["uplink_share_pct"] = [100.0 * c / sum(carried) if sum(carried) else 0.0 for c in carried]
         for s in servers:
             s.kill()
         return row
@@ -171,13 +196,15 @@ def report(variant, rows, seconds):
     print(f"\n== {variant}: uplinks {rates} Mbit/s, delays {VARIANTS[variant]['delays']} ms, {seconds} s")
     print(f"capacity {capacity / MIB:.1f} MiB; background flow (AFMT run) {bg / MIB:.1f} MiB; "
           f"left to the tunnel {left / MIB:.1f} MiB")
-    print(f"{'algorithm':22} {'MiB':>7} {'Mbit/s':>7} {'of left':>8} {'retrans':>8} {'reordered':>10}  per second (MiB)")
+    print(f"{'algorithm':22} {'MiB':>7} {'Mbit/s':>7} {'of left':>8} {'retrans':>8} {'reordered':>10} "
+          f"{'uplink shares %':>16}  per second (MiB)")
     for r in rows:
         reord = f"{r['reordered_pct']:.2f}%" if "reordered_pct" in r else "-"
         share = 100.0 * r["bytes"] / left if left else 0
         series = " ".join(f"{b / MIB:.1f}" for b in r["per_second"])
+        shares = "/".join(f"{p:.0f}" for p in r.get("uplink_share_pct", [])) or "-"
         print(f"{r['algorithm']:22} {r['bytes'] / MIB:7.1f} {r['bytes'] * 8 / seconds / 1e6:7.1f} {share:7.1f}% "
-              f"{r['retransmits']:8d} {reord:>10}  {series}")
+              f"{r['retransmits']:8d} {reord:>10} {shares:>16}  {series}")
     by = {r["algorithm"]: r["bytes"] for r in rows}
     if "afmt" in by:
         if "round-robin" in by and by["round-robin"]:

@@ -15,10 +15,19 @@
 //! - Another lane counts as slower only by a margin (2 ms plus an eighth of the last
 //!   lane's delay): a smoothed RTT lags the queue it measures, and without the margin
 //!   27–30 % of the packets of bulk flows arrived out of order.
-//! - A new flow's weighted fill is multiplied by one plus the number of flows its lane
-//!   already carries. On idle lanes QUIC's cwnd and SRTT say nothing about capacity
-//!   (cwnd does not grow while a connection is application-limited), so without it all
-//!   flows that start together land on one lane.
+//! - A new flow's weighted fill is multiplied by one plus the number of busy flows
+//!   (sent within the last 500 ms) its lane already carries. On idle lanes QUIC's cwnd
+//!   and SRTT say nothing about capacity (cwnd does not grow while a connection is
+//!   application-limited), so without it all flows that start together land on one
+//!   lane; counting quiet flows too kept bulk flows off a lane holding only a control
+//!   connection.
+//! - A busy flow moves only when its lane backs up (fill over half the cwnd), and only
+//!   to a lane carrying at least two busy flows fewer. Bulk TCP backs up whatever lane
+//!   it is on, and without this rule flows drifted onto ever slower lanes and left the
+//!   others empty for good: an unused lane has the lowest delay, so no busy flow may
+//!   move to it under the flowlet rule. When no such lane is slow enough, the flow
+//!   moves anyway (its packets still queued may then arrive late once), as bulk flows
+//!   never pause to let it move otherwise.
 
 use std::time::Duration;
 
@@ -31,18 +40,26 @@ use crate::core::time::Instant;
 /// Fixed part of the margin by which another lane must be slower before a busy flow
 /// may move to it (the other part is an eighth of the last lane's delay).
 const SWITCH_MARGIN: Duration = Duration::from_millis(2);
+/// A flow counts as busy, and towards its lane's load, for this long after its last
+/// packet: a connection that went quiet (a control channel, an idle SSH session)
+/// should not keep bulk flows off its lane.
+const BUSY_WINDOW: Duration = Duration::from_millis(500);
 
 pub struct Afmt {
+    /// SPEC §3's flow table: flow -> last lane and when it was last used.
     flows: FlowTable<LaneId>,
-    /// How many flows of the table each lane carries (lanes with none are absent).
-    flows_on: Vec<(LaneId, u64)>,
+    /// The flows that sent within [`BUSY_WINDOW`], and their lanes.
+    busy: FlowTable<LaneId>,
+    /// How many busy flows each lane carries (lanes with none are absent).
+    busy_on: Vec<(LaneId, u64)>,
 }
 
 impl Afmt {
     pub fn new(idle_timeout: Duration, max_flows: usize) -> Afmt {
         Afmt {
             flows: FlowTable::new(idle_timeout, max_flows),
-            flows_on: Vec::new(),
+            busy: FlowTable::new(BUSY_WINDOW.min(idle_timeout), max_flows),
+            busy_on: Vec::new(),
         }
     }
 }
@@ -54,7 +71,7 @@ fn delay(l: &LaneView) -> Duration {
     l.srtt + Duration::from_nanos(u64::try_from(drain_nanos).unwrap_or(u64::MAX))
 }
 
-/// Flows of the table on `lane`.
+/// Busy flows on `lane`.
 fn count(flows_on: &[(LaneId, u64)], lane: LaneId) -> u64 {
     flows_on
         .iter()
@@ -86,13 +103,22 @@ impl Scheduler for Afmt {
         lanes: &[LaneView],
         now: Instant,
     ) -> Option<Pick> {
-        let flows_on = &mut self.flows_on;
-        self.flows.expire(now, |lane| remove_flow(flows_on, lane));
+        let busy_on = &mut self.busy_on;
+        self.busy.expire(now, |lane| remove_flow(busy_on, lane));
+        self.flows.expire(now, |_| ());
         let known = self.flows.get(flow);
+        // The lane this flow is counted on while busy.
+        let counted_on = self.busy.get(flow).map(|e| e.value);
         let last = known.and_then(|e| {
             let i = lanes.iter().position(|l| l.id == e.value && l.up)?;
             Some((i, now.saturating_since(e.last_used)))
         });
+        // A lane's load as a multiple of its weighted fill: the busy flows it would
+        // carry with this one.
+        let sharing = |i: usize| {
+            let id = lanes[i].id;
+            1 + count(&self.busy_on, id) - u64::from(counted_on == Some(id))
+        };
         let pick = match last {
             Some((last, delta)) => {
                 let current = &lanes[last];
@@ -100,18 +126,35 @@ impl Scheduler for Afmt {
                 // slower by a margin before a busy flow may move to it.
                 let delay_last = delay(current);
                 let bar = delay_last + SWITCH_MARGIN + delay_last / 8;
-                // Other flows on a lane share it with this one: count them.
-                let sharing =
-                    |i: usize| 1 + count(&self.flows_on, lanes[i].id) - u64::from(i == last);
-                let lane = if delta <= bar && current.fill.saturating_mul(2) <= current.cwnd {
-                    // The lane keeps up with the flow and the flow did not pause: no
-                    // reason to move. (A busier lane's larger cwnd would otherwise lure
-                    // flows away from lanes whose cwnd never grew for want of load.)
+                let busy_here = count(&self.busy_on, current.id);
+                let lane = if delta > bar {
+                    // The flow paused for longer than its last packet takes to arrive:
+                    // every lane is applicable.
+                    least_weighted_fill(lanes, len, |_, l| l.up, sharing)?
+                } else if current.fill.saturating_mul(2) <= current.cwnd {
+                    // The lane keeps up with the flow: no reason to move. (A busier
+                    // lane's larger cwnd would otherwise lure flows away from lanes
+                    // whose cwnd never grew for want of load.)
                     last
                 } else {
-                    let applicable =
-                        |i: usize, l: &LaneView| i == last || (l.up && delay(l) + delta > bar);
-                    least_weighted_fill(lanes, len, applicable, sharing)?
+                    // The lane backs up. Bulk flows never pause, so a lane nobody uses
+                    // (the fastest, as it has no queue) would stay empty for good while
+                    // others carry several. A flow may leave for a lane carrying at
+                    // least two busy flows fewer, so that every move evens out the
+                    // counts and flows cannot be traded back and forth: preferably one
+                    // on which it cannot overtake its previous packet, else any, and
+                    // then the packets still queued on the old lane may arrive late.
+                    let fewer = |l: &LaneView| l.up && count(&self.busy_on, l.id) + 2 <= busy_here;
+                    least_weighted_fill(
+                        lanes,
+                        len,
+                        |i, l| i == last || (fewer(l) && delay(l) + delta > bar),
+                        sharing,
+                    )
+                    .filter(|&i| i != last)
+                    .or_else(|| {
+                        least_weighted_fill(lanes, len, |i, l| i == last || fewer(l), sharing)
+                    })?
                 };
                 let kind = if lane == last {
                     DecisionKind::SameLane
@@ -121,7 +164,6 @@ impl Scheduler for Afmt {
                 Pick { lane, kind }
             }
             None => {
-                let sharing = |i: usize| 1 + count(&self.flows_on, lanes[i].id);
                 let lane = least_weighted_fill(lanes, len, |_, l| l.up, sharing)?;
                 Pick {
                     lane,
@@ -130,16 +172,16 @@ impl Scheduler for Afmt {
             }
         };
         let chosen = lanes[pick.lane].id;
-        let previous = known.map(|e| e.value);
-        if previous != Some(chosen) {
-            if let Some(lane) = previous {
-                remove_flow(&mut self.flows_on, lane);
+        if counted_on != Some(chosen) {
+            if let Some(lane) = counted_on {
+                remove_flow(&mut self.busy_on, lane);
             }
-            add_flow(&mut self.flows_on, chosen);
+            add_flow(&mut self.busy_on, chosen);
         }
-        if let Some(evicted) = self.flows.record(flow, chosen, now) {
-            remove_flow(&mut self.flows_on, evicted);
+        if let Some(evicted) = self.busy.record(flow, chosen, now) {
+            remove_flow(&mut self.busy_on, evicted);
         }
+        self.flows.record(flow, chosen, now);
         Some(pick)
     }
 
@@ -183,18 +225,33 @@ mod tests {
         );
     }
 
+    /// Lanes 0 (fast, 10 ms) and 1 (slow, 50 ms), and `flows` started on lane 0 while
+    /// lane 1 was down; afterwards both lanes are up and empty.
+    fn flows_on_the_fast_lane(s: &mut Afmt, flows: &[u64]) -> [LaneView; 2] {
+        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
+        lanes[1].up = false;
+        for &f in flows {
+            assert_eq!(
+                s.pick(FlowKey(f), 1000, &lanes, at(0)).expect("pick").lane,
+                0
+            );
+        }
+        lanes[1].up = true;
+        lanes
+    }
+
     #[test]
     fn a_known_flow_keeps_its_lane_unless_another_cannot_reorder() {
         let mut s = afmt();
-        // Lane 0 is fast (10 ms), lane 1 slow (50 ms); both empty.
-        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
-        assert_eq!(
-            s.pick(FlowKey(7), 1000, &lanes, at(0)).expect("pick").lane,
-            0
-        );
-        // Lane 0 gets a queue of 10 000 bytes: its delay is 10 + 10 000 * 10 / 10 000 =
-        // 20 ms and its weighted fill 11 against lane 1's 5. Lane 1 (50 ms) is slower
-        // than 20 ms plus the margin (2 ms + 20/8 ms), so the flow may move there.
+        let mut lanes = flows_on_the_fast_lane(&mut s, &[7, 8]);
+        // Lane 0 keeps up (fill at most half the cwnd): its flows stay.
+        lanes[0].fill = 5000;
+        let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane);
+        // Lane 0 backs up with 10 000 bytes: its delay is 10 + 10 000 * 10 / 10 000 =
+        // 20 ms, its weighted fill 11 times 2 busy flows against lane 1's 5. Lane 1
+        // (50 ms) is slower than 20 ms plus the margin (2 ms + 20/8 ms), so flow 7 may
+        // move there without overtaking its previous packet.
         lanes[0].fill = 10_000;
         let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
         assert_eq!(
@@ -204,17 +261,17 @@ mod tests {
                 kind: DecisionKind::Switch
             }
         );
-        // The slow lane keeps up with the flow, so it stays there until it pauses for
+        // Now each lane carries one busy flow: flow 8 stays however backed up lane 0 is.
+        lanes[0].fill = 100_000;
+        let p = s.pick(FlowKey(8), 1000, &lanes, at(1)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane);
+        // The slow lane keeps up with flow 7, so it stays there until it pauses for
         // longer than that lane's delay plus the margin, 50 + 2 + 50/8 = 58.25 ms.
         lanes[0].fill = 0;
         let p = s.pick(FlowKey(7), 1000, &lanes, at(1 + 58)).expect("pick");
-        assert_eq!(
-            p,
-            Pick {
-                lane: 1,
-                kind: DecisionKind::SameLane
-            }
-        );
+        assert_eq!(p.kind, DecisionKind::SameLane);
+        // After the pause every lane is applicable: lane 0's weighted fill, 1 times 2
+        // busy flows (flow 8 and this one), beats lane 1's 5.
         let p = s.pick(FlowKey(7), 1000, &lanes, at(59 + 59)).expect("pick");
         assert_eq!(
             p,
@@ -226,24 +283,78 @@ mod tests {
     }
 
     #[test]
-    fn a_backlogged_lane_lets_its_flows_move_to_slower_lanes() {
+    fn a_backed_up_lane_sheds_flows_only_to_lanes_with_two_busy_flows_fewer() {
         let mut s = afmt();
-        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
-        s.pick(FlowKey(7), 1000, &lanes, at(0));
-        lanes[0].fill = 4000; // less than half the cwnd: the lane keeps up
+        let mut lanes = flows_on_the_fast_lane(&mut s, &[7, 8, 9]);
+        lanes[0].fill = 20_000;
         assert_eq!(
             s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick").lane,
-            0
+            1
         );
-        lanes[0].fill = 6000; // backlogged: weighted fill 7 against the slow lane's 5
+        // Lane 0 still carries two busy flows to lane 1's one: flow 8 may not follow,
+        // lane 1 would then carry as many and the lanes could trade flows back and forth.
+        let p = s.pick(FlowKey(8), 1000, &lanes, at(1)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane);
+
+        // Two bulk flows on the slow lane, which backs up, and the fast lane empty: no
+        // move can avoid overtaking (10 ms + 1 ms is not above 50 + 2 + 50/8 ms), but
+        // left alone the fast lane would stay empty for good. One flow moves.
+        let mut s = afmt();
+        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
+        lanes[0].up = false;
+        for f in [7, 8] {
+            assert_eq!(
+                s.pick(FlowKey(f), 1000, &lanes, at(0)).expect("pick").lane,
+                1
+            );
+        }
+        lanes[0].up = true;
+        lanes[1].fill = 4000;
+        let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane, "lane 1 keeps up");
+        lanes[1].fill = 20_000;
         let p = s.pick(FlowKey(7), 1000, &lanes, at(2)).expect("pick");
         assert_eq!(
             p,
             Pick {
-                lane: 1,
+                lane: 0,
                 kind: DecisionKind::Switch
             }
         );
+        let p = s.pick(FlowKey(8), 1000, &lanes, at(2)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane, "one busy flow each");
+    }
+
+    #[test]
+    fn a_quiet_flow_stops_counting_for_its_lane() {
+        let mut s = afmt();
+        // Lane 1 is a little faster (weighted fill 10 against 11) but down at first.
+        let mut lanes = [lane(0, 11, 1000, 0), lane(1, 10, 1000, 0)];
+        lanes[1].up = false;
+        assert_eq!(
+            s.pick(FlowKey(1), 1000, &lanes, at(0)).expect("pick").lane,
+            0
+        );
+        lanes[1].up = true;
+        // Flow 1 is busy on lane 0 until 500 ms after its packet, so lane 0 counts
+        // twice (22 against 10 and then 20): flows 2 and 3 go to lane 1.
+        for f in [2, 3] {
+            assert_eq!(
+                s.pick(FlowKey(f), 1000, &lanes, at(499))
+                    .expect("pick")
+                    .lane,
+                1
+            );
+        }
+        // From then on flow 1 is quiet (though still in the flow table): lane 0's 11
+        // beats lane 1's 3 times 10.
+        assert_eq!(
+            s.pick(FlowKey(4), 1000, &lanes, at(500))
+                .expect("pick")
+                .lane,
+            0
+        );
+        assert_eq!(s.flows(), 4);
     }
 
     #[test]
@@ -309,7 +420,7 @@ mod tests {
             s.pick(FlowKey(2), 100, &lanes, at(1)).expect("pick").lane,
             1
         );
-        assert_eq!(s.flows_on, [(lanes[1].id, 1)]);
+        assert_eq!(s.busy_on, [(lanes[1].id, 1)]);
     }
 
     #[test]
