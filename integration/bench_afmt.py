@@ -74,10 +74,10 @@ def lane_bytes(name, uplink, text=None):
     return metric(name, "ex", f'braid_lane_tx_bytes_total{{colour="blue",site="site1",uplink="up{uplink}"}}', text)
 
 
-def sample_uplinks(name, n, seconds, into):
-    """Once a second: per uplink, the exit's bytes sent, SRTT (ms) and cwnd (bytes)."""
-    for _ in range(seconds):
-        time.sleep(1)
+def sample_uplinks(name, n, done, into):
+    """Once a second until `done`: per uplink, the exit's bytes sent, SRTT (ms) and
+    cwnd (bytes)."""
+    while not done.wait(1):
         text = metrics_text(name, "ex")
         lane = lambda family, i: metric(name, "ex", f'braid_{family}{{colour="blue",site="site1",uplink="up{i}"}}', text)
         into.append([{"tx_bytes": lane_bytes(name, i, text), "srtt_ms": 1000 * lane("lane_srtt_seconds", i),
@@ -131,12 +131,16 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
 
         t = threading.Thread(target=background)
         t.start()
-        uplinks = []
+        uplinks, done = [], threading.Event()
+        sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks))
         if algorithm != "no-tunnel":
-            threading.Thread(target=sample_uplinks, args=(name, len(rates), seconds, uplinks), daemon=True).start()
+            sampler.start()
         out = sh("ip", "netns", "exec", ns(name, "cl"), "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", "3",
                  "-t", str(seconds), "-i", "1", "-C", "cubic", "-J")
         t.join()
+        done.set()
+        if sampler.is_alive():
+            sampler.join()
         main = json.loads(out)
         per_second = [iv["sum"]["bytes"] for iv in main["intervals"]]
         received = main["end"]["sum_received"]["bytes"]

@@ -117,6 +117,71 @@ fn tcp_50mb_arrives_intact_in_each_direction() {
     );
 }
 
+/// One lane metric of site1's blue lanes on a gateway, per uplink `up1..=up<n>`.
+fn per_uplink(tb: &Testbed, role: &str, family: &str, n: u32) -> Vec<f64> {
+    (1..=n)
+        .map(|i| {
+            tb.metric(
+                role,
+                &format!("braid_{family}{{colour=\"blue\",site=\"site1\",uplink=\"up{i}\"}}"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn afmt_spreads_parallel_downloads_over_all_three_uplinks_without_reordering() {
+    let mut tb = Testbed::up("e2eafmt", &[("RATES", "16 32 50"), ("SCHEDULER", "afmt")]);
+    tb.start();
+    let reordered = |tb: &Testbed| tb.metric("en", "braid_reordered_packets_total{site=\"site1\"}");
+    let received = |tb: &Testbed| -> f64 {
+        per_uplink(tb, "en", "lane_rx_packets_total", 3)
+            .iter()
+            .sum()
+    };
+    let before = per_uplink(&tb, "ex", "lane_tx_bytes_total", 3);
+    let (reordered0, received0) = (reordered(&tb), received(&tb));
+    let server = tb.spawn("sv", &["iperf3", "-s", "-1"], false);
+    std::thread::sleep(Duration::from_millis(300));
+    // Six bulk CUBIC downloads: with two per uplink every uplink is busy.
+    let out = tb.ok(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-R", "-P", "6", "-t", "8", "-C", "cubic",
+        ],
+    );
+    tb.wait(server, Duration::from_secs(10));
+    let after = per_uplink(&tb, "ex", "lane_tx_bytes_total", 3);
+    let carried: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let total: f64 = carried.iter().sum();
+    let summary: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("SUM") && (l.contains("sender") || l.contains("receiver")))
+        .collect();
+    println!("{}", summary.join("\n"));
+    for (i, bytes) in carried.iter().enumerate() {
+        let share = 100.0 * bytes / total;
+        println!(
+            "uplink {}: {:.1} MB, {share:.1} % of the bytes",
+            i + 1,
+            bytes / 1e6
+        );
+        // Two of six flows on the 16 Mbit/s uplink give it about 16 %.
+        assert!(
+            share > 8.0,
+            "uplink {} carried only {share:.1} % of {total} bytes",
+            i + 1
+        );
+    }
+    let (reordered, received) = (reordered(&tb) - reordered0, received(&tb) - received0);
+    println!("reordered: {reordered} of {received} packets");
+    assert!(received > 10_000.0, "only {received} packets arrived");
+    assert!(
+        reordered * 100.0 < received,
+        "{reordered} of {received} packets arrived out of order"
+    );
+}
+
 #[test]
 fn udp_and_ipv6_cross_the_tunnel_over_ipv6_uplinks() {
     // IPv6 uplinks as well: the lanes run over the exit's IPv6 address.
