@@ -164,6 +164,9 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "algorithm = \"${SCHEDULER:-afmt}\""
         echo "[admin]"
         echo "listen = \"127.0.0.1:9190\""
+        echo "token_file = \"admin.token\""
+        echo "[pacing]"
+        echo "state_file = \"pacing-$2.json\""
         for ((i = 1; i <= n; i++)); do
             echo "[[uplinks]]"
             echo "name = \"up$i\""
@@ -188,6 +191,9 @@ address = "[::]:4433"
 algorithm = "${SCHEDULER:-afmt}"
 [admin]
 listen = "127.0.0.1:9190"
+token_file = "admin.token"
+[pacing]
+state_file = "pacing-exit.json"
 [[sites]]
 id = "site1"
 prefixes = ["198.18.1.0/24", "fd00:1::/64"]
@@ -211,6 +217,8 @@ start() {
         "$braid" cert init "$state" >/dev/null
         for id in exit site1 site2; do "$braid" cert issue --ca "$state" --name "$id" >/dev/null; done
     fi
+    # The bearer token of the gateways' admin API (pacing tables).
+    [ -f "$state/admin.token" ] || od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$state/admin.token"
     write_exit_config "$state/exit.toml"
     write_entry_config en site1 "$uplinks" "$state/site1.toml"
     # Not through inns: $! must be the gateway itself (ip netns exec execs it).

@@ -1,12 +1,20 @@
-//! The admin HTTP server on `admin.listen`: `GET /metrics` (Prometheus text format) and
-//! `GET /healthz` (200 while at least one lane is up, 503 otherwise).
+//! The admin HTTP server on `admin.listen`: `GET /metrics` (Prometheus text format),
+//! `GET /healthz` (200 while at least one lane is up, 503 otherwise), and the pacing
+//! API of SPEC §9: `GET /v1/sites` (the sites served here), `GET`/`PUT
+//! /v1/sites/{site}/pacing` and `GET /v1/sites/{site}/apps`.
+//!
+//! Writes need `Authorization: Bearer TOKEN` with the token of `admin.token_file`;
+//! without a token file they are refused (403). Answers: 400 with the reason for a
+//! malformed or invalid table, 401 for a missing or wrong token, 404 for a site not
+//! served here, 409 for a version older than the current one, 413 for a body over
+//! [`MAX_BODY`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -14,7 +22,33 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::core::apps::PacingTable;
 use crate::metrics::Metrics;
+use crate::pacing::{PacingControl, PutError};
+
+/// The largest request body taken: a table of 10,000 applications is about 2 MB.
+pub const MAX_BODY: usize = 16 << 20;
+
+/// What the admin server serves.
+pub struct Admin {
+    pub metrics: Arc<Metrics>,
+    pub pacing: Arc<PacingControl>,
+    /// The bearer token writes need; `None` refuses every write.
+    pub token: Option<String>,
+}
+
+/// Reads `admin.token_file`: its first line, which must not be empty.
+pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("admin.token_file: cannot read {}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    anyhow::ensure!(
+        !token.is_empty(),
+        "admin.token_file: {} is empty",
+        path.display()
+    );
+    Ok(token)
+}
 
 /// Binds the admin port (before anything else starts, so a busy port fails the start).
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
@@ -24,7 +58,7 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 }
 
 /// Serves admin requests until `shutdown`.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: CancellationToken) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "admin API listening");
     }
@@ -39,11 +73,11 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: Cance
             },
             () = shutdown.cancelled() => return,
         };
-        let metrics = metrics.clone();
+        let admin = admin.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let metrics = metrics.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&req, &metrics)) }
+                let admin = admin.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &admin).await) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -55,35 +89,127 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: Cance
     }
 }
 
-fn handle(req: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => reply(
+async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (req.method(), segments.as_slice()) {
+        (&Method::GET, ["metrics"]) => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4",
-            metrics.render(),
+            admin.metrics.render(),
         ),
-        (&Method::GET, "/healthz") => {
-            let up = metrics.lanes_up();
-            let (status, body) = if up > 0 {
-                (StatusCode::OK, format!("ok: {up} lanes up\n"))
+        (&Method::GET, ["healthz"]) => {
+            let up = admin.metrics.lanes_up();
+            if up > 0 {
+                text(StatusCode::OK, format!("ok: {up} lanes up"))
             } else {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no lane is up\n".to_string(),
-                )
-            };
-            reply(status, "text/plain", body.into_bytes())
+                text(StatusCode::SERVICE_UNAVAILABLE, "no lane is up".into())
+            }
         }
-        (_, "/metrics" | "/healthz") => reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            b"only GET\n".to_vec(),
+        (&Method::GET, ["v1", "sites"]) => json(
+            StatusCode::OK,
+            &serde_json::json!({ "sites": admin.pacing.sites() }),
         ),
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            b"no such resource\n".to_vec(),
+        (&Method::GET, ["v1", "sites", site, "pacing"]) => match admin.pacing.get(site).await {
+            Some(table) => json(StatusCode::OK, &table),
+            None => no_site(site),
+        },
+        (&Method::PUT, ["v1", "sites", site, "pacing"]) => {
+            let site = site.to_string();
+            put_pacing(req, &site, admin).await
+        }
+        (&Method::GET, ["v1", "sites", site, "apps"]) => match admin.pacing.report(site) {
+            Some(report) => json(StatusCode::OK, &report),
+            None => no_site(site),
+        },
+        (_, ["metrics" | "healthz"] | ["v1", "sites"] | ["v1", "sites", _, "apps"]) => {
+            text(StatusCode::METHOD_NOT_ALLOWED, "only GET".into())
+        }
+        (_, ["v1", "sites", _, "pacing"]) => {
+            text(StatusCode::METHOD_NOT_ALLOWED, "only GET and PUT".into())
+        }
+        _ => text(StatusCode::NOT_FOUND, "no such resource".into()),
+    }
+}
+
+async fn put_pacing(req: Request<Incoming>, site: &str, admin: &Admin) -> Response<Full<Bytes>> {
+    let Some(token) = &admin.token else {
+        return text(
+            StatusCode::FORBIDDEN,
+            "writes are disabled: this gateway has no admin.token_file".into(),
+        );
+    };
+    let offered = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if !offered.is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes())) {
+        let mut r = text(
+            StatusCode::UNAUTHORIZED,
+            "a valid bearer token is required".into(),
+        );
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the table is larger than {MAX_BODY} bytes"),
+            );
+        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("reading the body: {e}")),
+    };
+    let table = match PacingTable::parse(&body) {
+        Ok(table) => table,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("invalid table: {e}")),
+    };
+    let (version, apps) = (table.version, table.apps.len());
+    match admin.pacing.put(site, table).await {
+        Ok(()) => json(
+            StatusCode::OK,
+            &serde_json::json!({ "version": version, "apps": apps }),
         ),
+        Err(PutError::UnknownSite) => no_site(site),
+        Err(PutError::Stale { current }) => text(
+            StatusCode::CONFLICT,
+            format!("version {version} is older than the current version {current}"),
+        ),
+        Err(PutError::Failed(e)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the table was not applied, the previous one stays: {e}"),
+        ),
+    }
+}
+
+/// Compares without leaking where the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn no_site(site: &str) -> Response<Full<Bytes>> {
+    text(
+        StatusCode::NOT_FOUND,
+        format!("site \"{site}\" is not served by this gateway"),
+    )
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    reply(status, "text/plain", format!("{body}\n").into_bytes())
+}
+
+fn json(status: StatusCode, value: &impl serde::Serialize) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(value) {
+        Ok(mut body) => {
+            body.push(b'\n');
+            reply(status, "application/json", body)
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

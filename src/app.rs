@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,14 +12,19 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::admin::{self, Admin};
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{Config, RoleConfig};
-use crate::core::engine::{DataPath, EngineConfig, Role, SiteSpec};
+use crate::core::apps::Direction;
+use crate::core::engine::{DataPath, EngineConfig, Role, SiteIdx, SiteSpec};
 use crate::core::lane::Colour;
-use crate::driver::Driver;
+use crate::core::pacing::AppPacing;
+use crate::core::time::Instant;
+use crate::driver::{Driver, DriverParts};
 use crate::lane::{self, client::Dialer};
 use crate::metrics::Metrics;
+use crate::pacing::{self, AppStats, PacingControl};
 use crate::tun::Tun;
 
 /// How long lanes get to close after the data path stopped.
@@ -28,8 +33,24 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Runs a gateway until SIGTERM or SIGINT.
 pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     let material = TlsMaterial::load(&config.tls)?;
+    let site_ids: Vec<String> = match &config.role {
+        RoleConfig::Entry(entry) => vec![entry.site.clone()],
+        RoleConfig::Exit(exit) => exit.sites.iter().map(|s| s.id.clone()).collect(),
+    };
+    // The controller's last tables: a restart must not lose them.
+    let tables = match &config.pacing.state_file {
+        Some(path) => pacing::load_state(path, &site_ids)
+            .map_err(|e| anyhow::anyhow!("pacing.state_file: {e:#}"))?,
+        None => pacing::Tables::new(),
+    };
+    let token = config
+        .admin
+        .token_file
+        .as_deref()
+        .map(admin::read_token)
+        .transpose()?;
     let metrics = Arc::new(Metrics::new()?);
-    let admin = crate::admin::bind(config.admin.listen).await?;
+    let admin_listener = admin::bind(config.admin.listen).await?;
     let clock = Clock::new();
     let shutdown = CancellationToken::new();
     let (events_tx, events_rx) = mpsc::channel(256);
@@ -83,20 +104,64 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         flow_idle_timeout: config.scheduler.flow_idle_timeout,
         max_flows: config.scheduler.max_flows,
     });
-    tasks.spawn(watch_signals(shutdown.clone(), config_path));
-    tasks.spawn(crate::admin::serve(
-        admin,
+    let direction = match role {
+        Role::Entry => Direction::Up,
+        Role::Exit => Direction::Down,
+    };
+    let mut app_pacing = AppPacing::new(
+        site_ids.len(),
+        direction,
+        Some(config.pacing.default_rate_kbps),
+        config.scheduler.flow_idle_timeout,
+        config.scheduler.max_flows,
+    );
+    for (site, table) in &tables {
+        if let Some(i) = site_ids.iter().position(|s| s == site) {
+            app_pacing.apply(SiteIdx(i as u32), table.clone(), Instant::ZERO, |_| {});
+            info!(
+                site,
+                version = table.version,
+                apps = table.apps.len(),
+                "pacing table restored"
+            );
+        }
+    }
+    let report = Arc::new(Mutex::new(Vec::new()));
+    let app_stats = AppStats::new(
         metrics.clone(),
+        site_ids.clone(),
+        &app_pacing,
+        report.clone(),
+    );
+    let (commands_tx, commands_rx) = mpsc::channel(16);
+    let control = PacingControl::new(
+        site_ids,
+        tables,
+        config.pacing.state_file.clone(),
+        commands_tx,
+        report,
+    );
+    tasks.spawn(watch_signals(shutdown.clone(), config_path));
+    tasks.spawn(admin::serve(
+        admin_listener,
+        Arc::new(Admin {
+            metrics: metrics.clone(),
+            pacing: Arc::new(control),
+            token,
+        }),
         shutdown.clone(),
     ));
-    let driver = Driver::new(
+    let driver = Driver::new(DriverParts {
         engine,
+        pacing: app_pacing,
+        app_stats,
         metrics,
         clock,
         tun,
-        config.tun.mtu as usize,
-        events_rx,
-    );
+        tun_mtu: config.tun.mtu as usize,
+        events: events_rx,
+        commands: commands_rx,
+    });
     driver.run(shutdown.clone()).await;
     shutdown.cancel();
     if tokio::time::timeout(SHUTDOWN_GRACE, async {

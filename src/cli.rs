@@ -1,4 +1,4 @@
-//! The command line: `braid run | check-config | cert`. Exit codes: 0 success, 2 a
+//! The command line: `braid run | check-config | cert | pacing | demo`. Exit codes: 0 success, 2 a
 //! configuration error, 1 any other failure; errors are one line `error: ...`.
 
 use std::path::PathBuf;
@@ -30,6 +30,9 @@ enum Command {
     /// Manage the deployment's private CA.
     #[command(subcommand)]
     Cert(CertCommand),
+    /// Read or replace a site's application table (the controller's client).
+    #[command(subcommand)]
+    Pacing(PacingCommand),
     /// Build a namespace testbed with three uplinks, run both gateways and three
     /// downloads, and show a live per-uplink table (root; Ctrl-C stops and cleans up).
     Demo {
@@ -55,6 +58,30 @@ enum CertCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum PacingCommand {
+    /// Print the site's current table as JSON.
+    Get {
+        /// The site; may be left out when the gateway serves one site.
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: String,
+    },
+    /// Replace the site's table with the one in FILE (JSON, SPEC §4).
+    Put {
+        file: PathBuf,
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: String,
+        /// File holding the admin token (else the BRAID_ADMIN_TOKEN variable).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
+}
+
+const DEFAULT_ADMIN: &str = "http://127.0.0.1:9190";
 const EXIT_CONFIG: u8 = 2;
 const EXIT_FAILURE: u8 = 1;
 
@@ -65,6 +92,15 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
         Command::Demo { seconds, scheduler } => crate::demo::run(seconds, &scheduler),
+        Command::Pacing(PacingCommand::Get { site, admin }) => {
+            crate::admin_client::get(&admin, site)
+        }
+        Command::Pacing(PacingCommand::Put {
+            file,
+            site,
+            admin,
+            token_file,
+        }) => crate::admin_client::put(&admin, site, &file, token_file),
         Command::Cert(CertCommand::Init { dir }) => crate::cert::init_ca(&dir)
             .map(|()| println!("wrote {0}/ca.pem and {0}/ca.key", dir.display())),
         Command::Cert(CertCommand::Issue { ca, name }) => crate::cert::issue(&ca, &name)

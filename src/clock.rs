@@ -27,6 +27,11 @@ impl Clock {
             .as_nanos();
         Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
+
+    /// The tokio instant of a core instant, for timers.
+    pub fn deadline(&self, at: Instant) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.origin + std::time::Duration::from_nanos(at.as_nanos()))
+    }
 }
 
 impl Default for Clock {

@@ -2,6 +2,9 @@
 //! TUN packets and lane datagrams to the engine in batches, and carries out its
 //! verdicts (queue a datagram on a lane, write a packet to the TUN device, count a drop).
 //!
+//! Packets read from the TUN device pass their application's pacer queue (one calendar
+//! for all, one timer here) before the scheduler picks their lane.
+//!
 //! Each lane has a send task (braid's own queue -> `send_datagram_wait`, so quinn never
 //! silently discards datagrams) and a receive task (datagrams -> this loop). A lane is
 //! forgotten only when its receive task says it is closed: that is the lane's last
@@ -18,13 +21,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
-use crate::core::engine::{DataPath, SiteIdx, TunVerdict};
+use crate::core::apps::{AppIdx, Direction};
+use crate::core::engine::{Admitted, DataPath, SiteIdx, TunVerdict};
 use crate::core::lane::{Colour, LaneId, LaneStatus};
+use crate::core::pacer::Enqueued;
+use crate::core::pacing::AppPacing;
+use crate::core::packet::PacketInfo;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::{DATAGRAM_HEADER_LEN, write_datagram_header};
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
 use crate::metrics::{LaneMetrics, Metrics};
+use crate::pacing::{AppStats, PacingCommand};
 use crate::tun::Tun;
 use prometheus::IntCounter;
 
@@ -50,6 +58,16 @@ const IDLE_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// least a keep-alive every 100 ms, so silence means the path is broken, long before
 /// QUIC's idle timeout closes the connection.
 const LANE_STALL: Duration = Duration::from_millis(400);
+
+/// How often per-application rates are measured and reported.
+const APP_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A packet waiting in its application's pacer queue, already a datagram but for the
+/// header.
+pub struct Paced {
+    info: PacketInfo,
+    datagram: BytesMut,
+}
 
 /// State of a lane shared between the driver and the lane's tasks.
 struct LaneShared {
@@ -100,17 +118,39 @@ pub struct Driver {
     last_refresh: Instant,
     /// Reordering counters by site index.
     reordered: Vec<IntCounter>,
+    pacing: AppPacing<Paced>,
+    app_stats: AppStats,
+    commands: mpsc::Receiver<PacingCommand>,
+    /// Packets the pacer released, reused between wake-ups.
+    released: Vec<(SiteIdx, AppIdx, Paced)>,
+}
+
+/// What a driver is built from.
+pub struct DriverParts {
+    pub engine: DataPath,
+    pub pacing: AppPacing<Paced>,
+    pub app_stats: AppStats,
+    pub metrics: Arc<Metrics>,
+    pub clock: Clock,
+    pub tun: Tun,
+    pub tun_mtu: usize,
+    pub events: mpsc::Receiver<LaneEvent>,
+    pub commands: mpsc::Receiver<PacingCommand>,
 }
 
 impl Driver {
-    pub fn new(
-        engine: DataPath,
-        metrics: Arc<Metrics>,
-        clock: Clock,
-        tun: Tun,
-        tun_mtu: usize,
-        events: mpsc::Receiver<LaneEvent>,
-    ) -> Driver {
+    pub fn new(parts: DriverParts) -> Driver {
+        let DriverParts {
+            engine,
+            pacing,
+            app_stats,
+            metrics,
+            clock,
+            tun,
+            tun_mtu,
+            events,
+            commands,
+        } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
         let reordered = engine
             .sites()
@@ -130,6 +170,10 @@ impl Driver {
             rx_buf: BytesMut::with_capacity(256 * 1024),
             last_refresh: Instant::ZERO,
             reordered,
+            pacing,
+            app_stats,
+            commands,
+            released: Vec::new(),
         }
     }
 
@@ -141,12 +185,22 @@ impl Driver {
         // Keeps lane snapshots and their metrics fresh while no packet flows.
         let mut idle_refresh = tokio::time::interval(IDLE_REFRESH_INTERVAL);
         idle_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut app_sample = tokio::time::interval(APP_SAMPLE_INTERVAL);
+        app_sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let pacer_due = self.pacing.next_release().map(|at| self.clock.deadline(at));
             // Unbiased: under load, lane datagrams and TUN reads are both always ready,
             // and a fixed order would starve the later one.
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = idle_refresh.tick() => self.refresh_lanes(self.clock.now()),
+                _ = app_sample.tick() => self.app_stats.sample(self.clock.now(), &self.pacing),
+                () = sleep_until_or_never(pacer_due) => {
+                    let now = self.clock.now();
+                    self.refresh_lanes(now);
+                    self.release_paced(now);
+                }
+                Some(command) = self.commands.recv() => self.handle_command(command),
                 Some(event) = self.events.recv() => self.handle_event(event),
                 Some(input) = self.input_rx.recv() => {
                     let now = self.clock.now();
@@ -279,6 +333,15 @@ impl Driver {
                         if delivery.reordered {
                             self.reordered[delivery.site.0 as usize].inc();
                         }
+                        let incoming = match self.pacing.direction() {
+                            Direction::Up => Direction::Down,
+                            Direction::Down => Direction::Up,
+                        };
+                        let app =
+                            self.pacing
+                                .classify(delivery.site, &delivery.info, incoming, now);
+                        self.app_stats
+                            .carried(delivery.site, app, incoming, delivery.info.len);
                         match self.tun.write(&datagram[delivery.offset..]) {
                             Ok(_) => {}
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -304,13 +367,82 @@ impl Driver {
         }
     }
 
+    fn handle_command(&mut self, command: PacingCommand) {
+        match command {
+            PacingCommand::Apply { site, table, done } => {
+                let now = self.clock.now();
+                let version = table.version;
+                let apps = table.apps.len();
+                let mut unpaced = Vec::new();
+                self.pacing.apply(site, table, now, |p| unpaced.push(p));
+                self.app_stats.rebuild(site, &self.pacing);
+                // Packets of applications that are gone were accepted: they go on.
+                for paced in unpaced {
+                    self.forward(site, AppIdx::DEFAULT, paced, now);
+                }
+                info!(
+                    site = self.engine.site_id(site),
+                    version, apps, "pacing table applied"
+                );
+                let _ = done.send(());
+            }
+        }
+    }
+
     /// Handles a packet read from the TUN device, which sits in `datagram` behind room
-    /// for the datagram header.
+    /// for the datagram header: admitted, classified, paced, then forwarded.
     fn handle_tun_packet(&mut self, mut datagram: BytesMut, now: Instant) {
-        match self
+        let Admitted { site, info } = match self
             .engine
-            .handle_tun_packet(&mut datagram[DATAGRAM_HEADER_LEN..], now)
+            .admit_tun_packet(&mut datagram[DATAGRAM_HEADER_LEN..])
         {
+            Ok(admitted) => admitted,
+            Err(verdict) => return self.carry_out(verdict, datagram),
+        };
+        let app = self
+            .pacing
+            .classify(site, &info, self.pacing.direction(), now);
+        match self
+            .pacing
+            .enqueue(site, app, Paced { info, datagram }, info.len, now)
+        {
+            Enqueued::Now(paced) => self.forward(site, app, paced, now),
+            Enqueued::Queued => {}
+            Enqueued::Dropped(_) => {
+                self.app_stats.dropped(site, app);
+                self.count_drop(
+                    DropReason::QueueFull,
+                    "the application's pacing queue is full",
+                );
+            }
+        }
+    }
+
+    /// Sends the packets whose departure time has come.
+    fn release_paced(&mut self, now: Instant) {
+        let mut released = std::mem::take(&mut self.released);
+        self.pacing
+            .release(now, |site, app, paced| released.push((site, app, paced)));
+        for (site, app, paced) in released.drain(..) {
+            self.forward(site, app, paced, now);
+        }
+        self.released = released;
+    }
+
+    /// Hands a packet its pacer let go to the scheduler and its lane.
+    fn forward(&mut self, site: SiteIdx, app: AppIdx, paced: Paced, now: Instant) {
+        let Paced { info, mut datagram } = paced;
+        self.app_stats
+            .carried(site, app, self.pacing.direction(), info.len);
+        let verdict = self
+            .engine
+            .forward(site, &info, &mut datagram[DATAGRAM_HEADER_LEN..], now);
+        self.carry_out(verdict, datagram);
+    }
+
+    /// Carries out the engine's verdict on a packet from the TUN device.
+    fn carry_out(&mut self, verdict: TunVerdict, mut datagram: BytesMut) {
+        match verdict {
             TunVerdict::Forward(forward) => {
                 let Some(io) = self
                     .lanes
@@ -417,6 +549,14 @@ impl Driver {
             .inc_by(path.lost_packets.saturating_sub(io.lost_seen));
         io.lost_seen = path.lost_packets;
         self.engine.update_lane(id, view);
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod admin;
+pub mod admin_client;
 pub mod app;
 pub mod cert;
 pub mod cli;
@@ -14,5 +15,6 @@ pub mod demo;
 pub mod driver;
 pub mod lane;
 pub mod metrics;
+pub mod pacing;
 pub mod sys;
 pub mod tun;

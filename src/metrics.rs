@@ -13,6 +13,8 @@ use crate::core::stats::DropReason;
 
 /// Labels of every lane metric.
 const LANE_LABELS: [&str; 3] = ["site", "uplink", "colour"];
+/// Labels of every application metric.
+const APP_LABELS: [&str; 3] = ["site", "app", "direction"];
 
 pub struct Metrics {
     registry: Registry,
@@ -29,7 +31,20 @@ pub struct Metrics {
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     pub flows_active: IntGauge,
+    app_target: IntGaugeVec,
+    app_tx_bytes: IntCounterVec,
+    app_queue: IntGaugeVec,
+    app_drops: IntCounterVec,
     lanes_up: AtomicUsize,
+}
+
+/// The metric children of one application of a site in one direction.
+#[derive(Clone)]
+pub struct AppMetrics {
+    pub target_bps: IntGauge,
+    pub tx_bytes: IntCounter,
+    pub queue_bytes: IntGauge,
+    pub drops: IntCounter,
 }
 
 /// The metric children of one lane (site, uplink, colour). A lane that reconnects
@@ -144,6 +159,35 @@ impl Metrics {
                 registry.register(Box::new(g.clone()))?;
                 g
             },
+            app_target: gauge(
+                "app_rate_target_bps",
+                "The application's paced rate (0: unpaced)",
+                &APP_LABELS,
+            )?,
+            app_tx_bytes: {
+                let c = IntCounterVec::new(
+                    Opts::new("app_tx_bytes_total", "Bytes of the application carried"),
+                    &APP_LABELS,
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            app_queue: gauge(
+                "app_queue_bytes",
+                "Bytes waiting in the application's pacing queue",
+                &APP_LABELS,
+            )?,
+            app_drops: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "app_drops_total",
+                        "Packets dropped because the application's queue was full",
+                    ),
+                    &APP_LABELS,
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
             lanes_up: AtomicUsize::new(0),
             registry,
         })
@@ -174,6 +218,27 @@ impl Metrics {
                 })
                 .collect(),
         }
+    }
+
+    /// The metrics of an application of a site in one direction.
+    pub fn app(&self, site: &str, app: &str, direction: &str) -> AppMetrics {
+        let l = [site, app, direction];
+        AppMetrics {
+            target_bps: self.app_target.with_label_values(&l),
+            tx_bytes: self.app_tx_bytes.with_label_values(&l),
+            queue_bytes: self.app_queue.with_label_values(&l),
+            drops: self.app_drops.with_label_values(&l),
+        }
+    }
+
+    /// Forgets the metrics of an application that is no longer in its site's table.
+    pub fn remove_app(&self, site: &str, app: &str, direction: &str) {
+        let l = [site, app, direction];
+        // Absent children are fine: a direction may never have been created.
+        let _ = self.app_target.remove_label_values(&l);
+        let _ = self.app_tx_bytes.remove_label_values(&l);
+        let _ = self.app_queue.remove_label_values(&l);
+        let _ = self.app_drops.remove_label_values(&l);
     }
 
     /// The reordering counter of a site.

@@ -235,17 +235,34 @@ impl Testbed {
     /// `GET path` from a gateway's admin API (127.0.0.1:9190 in its namespace):
     /// (status code, body).
     pub fn admin_get(&self, role: &str, path: &str) -> (u16, String) {
-        let path = path.to_string();
+        self.admin_request(role, "GET", path, None, b"")
+    }
+
+    /// One request to a gateway's admin API, with a bearer token if given; returns
+    /// the status and the body.
+    pub fn admin_request(
+        &self,
+        role: &str,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+    ) -> (u16, String) {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: braid\r\nConnection: close\r\nContent-Length: {}\r\n{}\r\n",
+            body.len(),
+            token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n")),
+        );
+        let body = body.to_vec();
         in_netns(&self.ns(role), move || {
             use std::io::{Read, Write};
             let mut s = std::net::TcpStream::connect("127.0.0.1:9190").expect("admin API");
-            write!(
-                s,
-                "GET {path} HTTP/1.1\r\nHost: braid\r\nConnection: close\r\n\r\n"
-            )
-            .expect("request");
-            let mut text = String::new();
-            s.read_to_string(&mut text).expect("response");
+            s.write_all(head.as_bytes()).expect("request");
+            // The server may answer (413) before taking the whole body.
+            let _ = s.write_all(&body);
+            let mut raw = Vec::new();
+            let _ = s.read_to_end(&mut raw);
+            let text = String::from_utf8_lossy(&raw).to_string();
             let status = text
                 .split_whitespace()
                 .nth(1)

@@ -80,6 +80,13 @@ pub enum TunVerdict {
     Drop(DropReason),
 }
 
+/// A packet read from the TUN device that may go on: its site and what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    pub site: SiteIdx,
+    pub info: PacketInfo,
+}
+
 /// A datagram from a lane that may be written to the TUN device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {
@@ -88,6 +95,8 @@ pub struct Delivery {
     pub site: SiteIdx,
     /// A packet of the same flow sent after this one arrived before it.
     pub reordered: bool,
+    /// The inner packet.
+    pub info: PacketInfo,
 }
 
 struct Site {
@@ -227,26 +236,48 @@ impl DataPath {
         &self.reply[..len.min(MAX_REPLY_LEN)]
     }
 
-    /// Decides what happens to one packet read from the TUN device. May rewrite the
-    /// packet in place (TCP MSS clamping).
+    /// Decides what happens to one packet read from the TUN device, with no pacing in
+    /// between: [`DataPath::admit_tun_packet`] then [`DataPath::forward`].
     pub fn handle_tun_packet(&mut self, buf: &mut [u8], now: Instant) -> TunVerdict {
+        match self.admit_tun_packet(buf) {
+            Ok(Admitted { site, info }) => self.forward(site, &info, buf, now),
+            Err(verdict) => verdict,
+        }
+    }
+
+    /// The first half of handling a packet read from the TUN device: checks it, finds
+    /// its site and clamps TCP SYNs' MSS (rewriting the packet in place). A packet
+    /// that is not admitted comes back as the verdict to carry out.
+    pub fn admit_tun_packet(&mut self, buf: &mut [u8]) -> Result<Admitted, TunVerdict> {
         let info = match PacketInfo::parse(buf) {
             Ok(info) => info,
-            Err(_) => return TunVerdict::Drop(DropReason::Malformed),
+            Err(_) => return Err(TunVerdict::Drop(DropReason::Malformed)),
         };
         if info.to_link_local() {
-            return TunVerdict::Drop(DropReason::LinkLocal);
+            return Err(TunVerdict::Drop(DropReason::LinkLocal));
         }
         let site = match self.role {
             Role::Entry => SiteIdx(0),
             Role::Exit => match self.site_by_prefix.lookup(info.dst) {
                 Some(site) => site,
-                None => return TunVerdict::Drop(DropReason::NoSite),
+                None => return Err(TunVerdict::Drop(DropReason::NoSite)),
             },
         };
         if info.proto == PROTO_TCP {
             info.clamp_tcp_mss(buf, self.max_mss(site, info.is_ipv6()));
         }
+        Ok(Admitted { site, info })
+    }
+
+    /// The second half, once pacing let the packet go: picks its lane, or answers
+    /// with an ICMP error when it is too big for that lane.
+    pub fn forward(
+        &mut self,
+        site: SiteIdx,
+        info: &PacketInfo,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> TunVerdict {
         let site = &mut self.sites[site.0 as usize];
         let Some(pick) = site
             .scheduler
@@ -312,6 +343,7 @@ impl DataPath {
             offset: datagram.len() - packet.len(),
             site: slot.site,
             reordered,
+            info,
         })
     }
 

@@ -3,11 +3,14 @@
 //! Nothing in here performs I/O, reads a clock, spawns tasks or talks to quinn; time
 //! comes in as [`time::Instant`] arguments. A test below enforces the boundary.
 
+pub mod apps;
 pub mod engine;
 pub mod flow;
 pub mod icmp;
 pub mod lane;
 pub mod lane_cc;
+pub mod pacer;
+pub mod pacing;
 pub mod packet;
 pub mod route;
 pub mod sched;

@@ -246,6 +246,27 @@ pub(crate) mod tests {
         out
     }
 
+    fn v4(addr: &str) -> [u8; 4] {
+        addr.parse::<std::net::Ipv4Addr>()
+            .expect("IPv4 address")
+            .octets()
+    }
+
+    /// A TCP segment with 100 bytes of payload.
+    pub fn tcp_v4(src: &str, sport: u16, dst: &str, dport: u16) -> Vec<u8> {
+        let builder = PacketBuilder::ipv4(v4(src), v4(dst), 64).tcp(sport, dport, 1, 65535);
+        let mut out = Vec::new();
+        builder.write(&mut out, &[0; 100]).expect("write to vec");
+        out
+    }
+
+    pub fn icmp_echo_v4(src: &str, dst: &str) -> Vec<u8> {
+        let builder = PacketBuilder::ipv4(v4(src), v4(dst), 64).icmpv4_echo_request(1, 1);
+        let mut out = Vec::new();
+        builder.write(&mut out, &[0; 56]).expect("write to vec");
+        out
+    }
+
     pub fn udp_v6(payload_len: usize) -> Vec<u8> {
         let builder = PacketBuilder::ipv6(
             [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],

@@ -1,0 +1,217 @@
+//! End-to-end tests of per-application pacing: the admin API and its answers, the
+//! table surviving a kill -9, and paced rates on real TCP traffic. Run as root.
+// Test code: a failed expectation is a failed test, and timeouts use the wall clock.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::disallowed_methods)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const PACING: &str = "/v1/sites/site1/pacing";
+
+fn token(tb: &Testbed) -> String {
+    std::fs::read_to_string(tb.path("admin.token"))
+        .expect("token file")
+        .trim()
+        .to_string()
+}
+
+fn version_of(body: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    v["version"].as_u64().expect("version")
+}
+
+#[test]
+fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
+    let mut tb = Testbed::up("e2eapi", &[("RATES", "0")]);
+    tb.start();
+    let token = token(&tb);
+    let put = |tb: &Testbed, token: Option<&str>, body: &str| {
+        tb.admin_request("en", "PUT", PACING, token, body.as_bytes())
+    };
+    let current = |tb: &Testbed| {
+        let (status, body) = tb.admin_get("en", PACING);
+        assert_eq!(status, 200, "{body}");
+        version_of(&body)
+    };
+    assert_eq!(current(&tb), 0, "no table before the controller's first");
+
+    let table = r#"{"version": 5, "apps": [
+        {"name": "ssh", "match": {"proto": "tcp", "remote_ports": "22"}, "rate_up_kbps": 1000},
+        {"name": "voip", "match": {"proto": "udp", "dscp": 46}, "colour": "green"}]}"#;
+    // No token, a wrong one, a different scheme: 401, nothing changes.
+    for bad in [None, Some("not-the-token")] {
+        let (status, body) = put(&tb, bad, table);
+        assert_eq!(status, 401, "{body}");
+    }
+    // Malformed and invalid tables: 400 with the reason.
+    let (status, body) = put(&tb, Some(&token), "{\"version\": 6, \"apps\": [");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid table"), "{body}");
+    let (status, body) = put(
+        &tb,
+        Some(&token),
+        r#"{"version": 6, "apps": [{"name": "a"}, {"name": "a"}]}"#,
+    );
+    assert_eq!(
+        (status, body.trim()),
+        (400, "invalid table: apps[1].name: \"a\" is defined twice")
+    );
+    let (status, body) = put(
+        &tb,
+        Some(&token),
+        r#"{"version": 6, "apps": [{"name": "a", "match": {"remote_ports": "99999"}}]}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("apps[0].match.remote_ports"), "{body}");
+    // A body over 16 MiB is refused without being read to the end.
+    let huge = vec![b' '; 17 << 20];
+    let (status, _) = tb.admin_request("en", "PUT", PACING, Some(&token), &huge);
+    assert_eq!(status, 413);
+    assert_eq!(current(&tb), 0, "refused tables changed nothing");
+
+    // The real thing, through the controller's command-line client.
+    let file = tb.path("table.json");
+    std::fs::write(&file, table).expect("write table");
+    let out = tb.ok(
+        "en",
+        &[
+            braid_bin(),
+            "pacing",
+            "put",
+            &file.display().to_string(),
+            "--token-file",
+            &tb.path("admin.token").display().to_string(),
+        ],
+    );
+    assert!(out.contains("\"version\": 5"), "{out}");
+    let got = tb.ok("en", &[braid_bin(), "pacing", "get"]);
+    assert_eq!(version_of(&got), 5);
+    assert!(got.contains("\"remote_ports\": \"22\""), "{got}");
+    // An older version: 409. The same version again is taken (a controller retrying).
+    let older = table.replace("\"version\": 5", "\"version\": 4");
+    let (status, body) = put(&tb, Some(&token), &older);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("older than the current version 5"), "{body}");
+    assert_eq!(put(&tb, Some(&token), table).0, 200);
+    // The entry serves only its own site.
+    let (status, body) = tb.admin_request(
+        "en",
+        "PUT",
+        "/v1/sites/site2/pacing",
+        Some(&token),
+        table.as_bytes(),
+    );
+    assert_eq!(status, 404, "{body}");
+    // The metrics and the report know the applications.
+    let target = tb.metric(
+        "en",
+        "braid_app_rate_target_bps{app=\"ssh\",direction=\"up\",site=\"site1\"}",
+    );
+    assert_eq!(target, 1_000_000.0);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (status, body) = tb.admin_get("en", "/v1/sites/site1/apps");
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let names: Vec<&str> = report["apps"]
+        .as_array()
+        .expect("apps")
+        .iter()
+        .map(|a| a["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["default", "ssh", "voip"], "{body}");
+
+    // kill -9 and restart: the table is back before the first packet.
+    nix::sys::signal::kill(tb.gateway_pid("site1"), nix::sys::signal::Signal::SIGKILL)
+        .expect("SIGKILL");
+    std::thread::sleep(Duration::from_millis(200));
+    let config = tb.path("site1.toml").display().to_string();
+    tb.spawn("en", &[braid_bin(), "run", "--config", &config], false);
+    let back = (0..100).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        let out = tb.run("en", &[braid_bin(), "pacing", "get"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    });
+    let got = back.expect("the admin API came back");
+    assert_eq!(version_of(&got), 5, "the table survived the restart");
+    assert!(got.contains("\"name\": \"voip\""), "{got}");
+}
+
+/// Starts `iperf3 -s` on `port` in the server namespace, once.
+fn iperf_server(tb: &mut Testbed, port: u16) -> usize {
+    tb.spawn(
+        "sv",
+        &["iperf3", "-s", "-1", "-p", &port.to_string()],
+        false,
+    )
+}
+
+/// Mbit/s the client received in an iperf3 download (`-R`) of `streams` streams.
+fn download(tb: &Testbed, port: u16, streams: u32, seconds: u32) -> f64 {
+    let out = tb.ok(
+        "cl",
+        &[
+            "iperf3",
+            "-c",
+            SERVER_V4,
+            "-p",
+            &port.to_string(),
+            "-R",
+            "-P",
+            &streams.to_string(),
+            "-t",
+            &seconds.to_string(),
+            "-O",
+            "2",
+            "-C",
+            "cubic",
+            "-J",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .expect("rate")
+        / 1e6
+}
+
+#[test]
+fn the_exit_paces_each_application_to_its_rate_however_many_connections_it_has() {
+    let mut tb = Testbed::up("e2epace", &[("RATES", "0 0")]);
+    tb.start();
+    let token = token(&tb);
+    // Downloads are paced by the exit; the server's port is the remote port.
+    let table = r#"{"version": 1, "apps": [
+        {"name": "browser", "match": {"proto": "tcp", "remote_ports": "5201"}, "rate_down_kbps": 12000},
+        {"name": "download", "match": {"proto": "tcp", "remote_ports": "5202"}, "rate_down_kbps": 6000}]}"#;
+    let (status, body) = tb.admin_request("ex", "PUT", PACING, Some(&token), table.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let servers = [iperf_server(&mut tb, 5201), iperf_server(&mut tb, 5202)];
+    std::thread::sleep(Duration::from_millis(300));
+    // Both at once: six connections of "browser", one of "download".
+    let (browser, download_rate) = std::thread::scope(|s| {
+        let b = s.spawn(|| download(&tb, 5201, 6, 8));
+        let d = s.spawn(|| download(&tb, 5202, 1, 8));
+        (b.join().expect("browser"), d.join().expect("download"))
+    });
+    for s in servers {
+        tb.wait(s, Duration::from_secs(10));
+    }
+    println!(
+        "browser (6 connections): {browser:.2} Mbit/s of 12; download (1): {download_rate:.2} of 6"
+    );
+    // Goodput is the paced IP rate minus TCP/IP headers (40 of 1430 bytes, 2.8 %).
+    for (rate, target) in [(browser, 12.0), (download_rate, 6.0)] {
+        let error = (rate / (target * (1.0 - 40.0 / 1430.0)) - 1.0) * 100.0;
+        assert!(
+            error.abs() < 5.0,
+            "{rate:.2} Mbit/s for a target of {target}: {error:+.1} %"
+        );
+    }
+    let (_, body) = tb.admin_get("ex", "/v1/sites/site1/apps");
+    assert!(body.contains("\"name\": \"browser\""), "{body}");
+}

@@ -1,0 +1,540 @@
+//! The applications of a site (SPEC §4): the controller's table, its validation, and
+//! the classifier that maps a packet to its application.
+//!
+//! Contract: [`PacingTable::parse`] accepts exactly the JSON of SPEC §4 and rejects
+//! anything else with the path of the offending field; a table that parses is valid
+//! (unique names, sane ranges), so applying it cannot fail. [`Classifier::classify`]
+//! returns the first application whose every match key holds, or [`AppIdx::DEFAULT`].
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::lane::Colour;
+use super::packet::PacketInfo;
+
+/// The application of everything no rule matches; reserved as a table name.
+pub const DEFAULT_APP: &str = "default";
+/// Applications a table may hold: SPEC's 10,000 per gateway with room to spare, and a
+/// bound on what one request can make the gateway allocate.
+pub const MAX_APPS: usize = 65_536;
+/// The longest application name (names are metric labels and log fields).
+pub const MAX_NAME_LEN: usize = 64;
+/// The fastest rate a table may give (100 Gbit/s).
+pub const MAX_RATE_KBPS: u64 = 100_000_000;
+/// A queue must hold at least one full-size packet.
+pub const MIN_QUEUE_LIMIT: u64 = 1500;
+/// The largest queue or burst an application may have (64 MiB).
+pub const MAX_QUEUE_BYTES: u64 = 64 << 20;
+
+/// Which way a packet travels relative to the site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// From the site's LAN to the remote side: paced by the entry (`rate_up_kbps`).
+    Up,
+    /// From the remote side to the site's LAN: paced by the exit (`rate_down_kbps`).
+    Down,
+}
+
+impl Direction {
+    /// The `direction` label of the application metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+}
+
+/// Index of an application in its site's table: 0 is `default`, `i + 1` the table's
+/// `apps[i]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AppIdx(pub u32);
+
+impl AppIdx {
+    pub const DEFAULT: AppIdx = AppIdx(0);
+}
+
+/// A controller's application table (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PacingTable {
+    pub version: u64,
+    #[serde(default)]
+    pub apps: Vec<AppSpec>,
+}
+
+/// One application of a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppSpec {
+    pub name: String,
+    #[serde(default, rename = "match")]
+    pub matches: MatchSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_up_kbps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_down_kbps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_limit_bytes: Option<u64>,
+    #[serde(default)]
+    pub colour: Colour,
+}
+
+impl AppSpec {
+    /// The rate in the given direction, in bit/s; 0 means unpaced.
+    pub fn rate_bps(&self, direction: Direction) -> u64 {
+        let kbps = match direction {
+            Direction::Up => self.rate_up_kbps,
+            Direction::Down => self.rate_down_kbps,
+        };
+        kbps.unwrap_or(0) * 1000
+    }
+}
+
+/// The match keys of an application; absent keys match everything.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proto: Option<Proto>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_prefix: Option<IpNet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_ports: Option<PortRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_prefix: Option<IpNet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_ports: Option<PortRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Tcp,
+    Udp,
+    /// ICMP and ICMPv6.
+    Icmp,
+    Any,
+}
+
+impl Proto {
+    fn matches(self, proto: u8) -> bool {
+        match self {
+            Proto::Tcp => proto == 6,
+            Proto::Udp => proto == 17,
+            Proto::Icmp => proto == 1 || proto == 58,
+            Proto::Any => true,
+        }
+    }
+}
+
+/// An inclusive port range, written `"N"` or `"N-M"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    fn contains(self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PortRange, String> {
+        let port = |p: &str| {
+            p.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("\"{s}\" is not a port or a range \"N-M\" of ports"))
+        };
+        let (first, last) = match s.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(s)?, port(s)?),
+        };
+        if first > last {
+            return Err(format!("\"{s}\": the range's first port is above its last"));
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+impl Serialize for PortRange {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRange {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PortRange, D::Error> {
+        /// A single port may also be written as a number.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(u64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(s) => s.parse().map_err(D::Error::custom),
+            Raw::Number(n) => u16::try_from(n)
+                .map(|p| PortRange { first: p, last: p })
+                .map_err(|_| D::Error::custom(format!("{n} is not a port"))),
+        }
+    }
+}
+
+/// Why a table was refused: the path of the offending field and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {problem}")]
+pub struct TableError {
+    pub path: String,
+    pub problem: String,
+}
+
+fn refuse(path: impl Into<String>, problem: impl Into<String>) -> TableError {
+    TableError {
+        path: path.into(),
+        problem: problem.into(),
+    }
+}
+
+impl PacingTable {
+    /// Parses and validates a table in its JSON form.
+    pub fn parse(json: &[u8]) -> Result<PacingTable, TableError> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let table: PacingTable = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." {
+                "table".to_string()
+            } else {
+                path
+            };
+            refuse(path, e.into_inner().to_string())
+        })?;
+        de.end().map_err(|e| refuse("table", e.to_string()))?;
+        table.validate()?;
+        Ok(table)
+    }
+
+    /// Checks what the JSON form cannot express: unique names, ranges.
+    pub fn validate(&self) -> Result<(), TableError> {
+        if self.apps.len() > MAX_APPS {
+            return Err(refuse(
+                "apps",
+                format!(
+                    "{} applications, at most {MAX_APPS} are allowed",
+                    self.apps.len()
+                ),
+            ));
+        }
+        let mut names = std::collections::HashSet::with_capacity(self.apps.len());
+        for (i, app) in self.apps.iter().enumerate() {
+            let at = |field: &str| format!("apps[{i}].{field}");
+            if app.name.is_empty() || app.name.len() > MAX_NAME_LEN {
+                return Err(refuse(
+                    at("name"),
+                    format!("must be 1 to {MAX_NAME_LEN} bytes"),
+                ));
+            }
+            if app.name.chars().any(|c| c.is_control()) {
+                return Err(refuse(at("name"), "must not contain control characters"));
+            }
+            if app.name == DEFAULT_APP {
+                return Err(refuse(
+                    at("name"),
+                    "\"default\" is reserved for traffic no application matches",
+                ));
+            }
+            if !names.insert(app.name.as_str()) {
+                return Err(refuse(
+                    at("name"),
+                    format!("\"{}\" is defined twice", app.name),
+                ));
+            }
+            for (field, rate) in [
+                ("rate_up_kbps", app.rate_up_kbps),
+                ("rate_down_kbps", app.rate_down_kbps),
+            ] {
+                if rate.is_some_and(|r| r > MAX_RATE_KBPS) {
+                    return Err(refuse(
+                        at(field),
+                        format!("at most {MAX_RATE_KBPS} (100 Gbit/s)"),
+                    ));
+                }
+            }
+            if let Some(limit) = app.queue_limit_bytes
+                && !(MIN_QUEUE_LIMIT..=MAX_QUEUE_BYTES).contains(&limit)
+            {
+                return Err(refuse(
+                    at("queue_limit_bytes"),
+                    format!("must be {MIN_QUEUE_LIMIT} to {MAX_QUEUE_BYTES} bytes"),
+                ));
+            }
+            if app.burst_bytes.is_some_and(|b| b > MAX_QUEUE_BYTES) {
+                return Err(refuse(
+                    at("burst_bytes"),
+                    format!("at most {MAX_QUEUE_BYTES} bytes"),
+                ));
+            }
+            if app.matches.dscp.is_some_and(|d| d > 63) {
+                return Err(refuse(at("match.dscp"), "a DSCP is 0 to 63"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The application at `app` (`None` for `default`).
+    pub fn app(&self, app: AppIdx) -> Option<&AppSpec> {
+        (app.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| self.apps.get(i))
+    }
+
+    /// The name of the application at `app`.
+    pub fn name(&self, app: AppIdx) -> &str {
+        self.app(app).map_or(DEFAULT_APP, |a| a.name.as_str())
+    }
+}
+
+/// A table's match rules, compiled for classification.
+#[derive(Debug, Clone, Default)]
+pub struct Classifier {
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rule {
+    proto: Proto,
+    local: Option<IpNet>,
+    local_ports: Option<PortRange>,
+    remote: Option<IpNet>,
+    remote_ports: Option<PortRange>,
+    dscp: Option<u8>,
+}
+
+impl Rule {
+    fn matches(
+        &self,
+        info: &PacketInfo,
+        local: IpAddr,
+        remote: IpAddr,
+        ports: Option<(u16, u16)>,
+    ) -> bool {
+        let port_ok = |range: Option<PortRange>, port: Option<u16>| match range {
+            None => true,
+            Some(r) => port.is_some_and(|p| r.contains(p)),
+        };
+        self.proto.matches(info.proto)
+            && self.dscp.is_none_or(|d| d == info.dscp)
+            && self.local.is_none_or(|n| n.contains(&local))
+            && self.remote.is_none_or(|n| n.contains(&remote))
+            && port_ok(self.local_ports, ports.map(|p| p.0))
+            && port_ok(self.remote_ports, ports.map(|p| p.1))
+    }
+}
+
+impl Classifier {
+    pub fn new(table: &PacingTable) -> Classifier {
+        let rules = table
+            .apps
+            .iter()
+            .map(|a| Rule {
+                proto: a.matches.proto.unwrap_or(Proto::Any),
+                local: a.matches.local_prefix,
+                local_ports: a.matches.local_ports,
+                remote: a.matches.remote_prefix,
+                remote_ports: a.matches.remote_ports,
+                dscp: a.matches.dscp,
+            })
+            .collect();
+        Classifier { rules }
+    }
+
+    /// The first application whose rules all hold for a packet travelling in
+    /// `direction`, or `default`. Linear in the table: callers cache the result per
+    /// flow.
+    pub fn classify(&self, info: &PacketInfo, direction: Direction) -> AppIdx {
+        // (local, remote) addresses and ports: the site's LAN side is the source of
+        // packets going up and the destination of packets coming down.
+        let (local, remote, ports) = match direction {
+            Direction::Up => (info.src, info.dst, info.ports),
+            Direction::Down => (info.dst, info.src, info.ports.map(|(s, d)| (d, s))),
+        };
+        self.rules
+            .iter()
+            .position(|r| r.matches(info, local, remote, ports))
+            .map_or(AppIdx::DEFAULT, |i| AppIdx(i as u32 + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::packet::tests as testing;
+
+    const SPEC_EXAMPLE: &str = r#"{
+      "version": 7,
+      "apps": [
+        { "name": "voip",
+          "match": { "proto": "udp", "remote_ports": "5060-5080", "dscp": 46 },
+          "rate_up_kbps": 512, "rate_down_kbps": 512, "colour": "green" },
+        { "name": "backup",
+          "match": { "proto": "tcp", "remote_prefix": "203.0.113.0/24", "remote_ports": "22" },
+          "rate_up_kbps": 20000, "rate_down_kbps": 2000,
+          "burst_bytes": 30000, "queue_limit_bytes": 262144, "colour": "blue" }
+      ]
+    }"#;
+
+    fn error(json: &str) -> String {
+        PacingTable::parse(json.as_bytes())
+            .expect_err("the table must be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn the_spec_example_parses_and_round_trips() {
+        let t = PacingTable::parse(SPEC_EXAMPLE.as_bytes()).expect("valid");
+        assert_eq!(t.version, 7);
+        assert_eq!(
+            t.apps[0].matches.remote_ports,
+            Some(PortRange {
+                first: 5060,
+                last: 5080
+            })
+        );
+        assert_eq!(t.apps[1].rate_bps(Direction::Down), 2_000_000);
+        assert_eq!(t.apps[0].colour, Colour::Green);
+        let again = serde_json::to_vec(&t).expect("serialise");
+        assert_eq!(PacingTable::parse(&again).expect("valid"), t);
+        assert_eq!(t.name(AppIdx(2)), "backup");
+        assert_eq!(t.name(AppIdx::DEFAULT), "default");
+    }
+
+    fn refused_with(json: &str, start: &str) {
+        let e = error(json);
+        assert!(e.starts_with(start), "{e:?} does not start with {start:?}");
+    }
+
+    #[test]
+    fn bad_tables_are_refused_naming_the_field() {
+        refused_with(
+            r#"{"version": 1, "apps": [{"name": "a", "match": {"remote_ports": "70000"}}]}"#,
+            "apps[0].match.remote_ports: \"70000\" is not a port or a range \"N-M\" of ports at line 1",
+        );
+        refused_with(
+            r#"{"version": 1, "apps": [{"name": "a", "match": {"proto": "sctp"}}]}"#,
+            "apps[0].match.proto: unknown variant `sctp`",
+        );
+        refused_with(
+            r#"{"version": 1, "apps": [{"name": "a", "rate": 5}]}"#,
+            "apps[0].rate: unknown field `rate`",
+        );
+        refused_with(r#"{"apps": []}"#, "table: missing field `version`");
+        refused_with(r#"{"version": -1}"#, "version: invalid value");
+        refused_with("{\"version\": 1} x", "table: trailing characters");
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "a"}, {"name": "a"}]}"#),
+            "apps[1].name: \"a\" is defined twice"
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "default"}]}"#),
+            "apps[0].name: \"default\" is reserved for traffic no application matches"
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "a", "match": {"remote_ports": "90-80"}}]}"#)
+                .split(" at line")
+                .next(),
+            Some("apps[0].match.remote_ports: \"90-80\": the range's first port is above its last")
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "a", "match": {"dscp": 64}}]}"#),
+            "apps[0].match.dscp: a DSCP is 0 to 63"
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "a", "queue_limit_bytes": 100}]}"#),
+            "apps[0].queue_limit_bytes: must be 1500 to 67108864 bytes"
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "", "rate_up_kbps": 1}]}"#),
+            "apps[0].name: must be 1 to 64 bytes"
+        );
+        refused_with(
+            r#"{"version": 1, "apps": [{"name": "a", "match": {"local_prefix": "10.0.0.0/33"}}]}"#,
+            "apps[0].match.local_prefix: invalid IP address syntax",
+        );
+    }
+
+    fn table(json: &str) -> PacingTable {
+        PacingTable::parse(json.as_bytes()).expect("valid")
+    }
+
+    #[test]
+    fn the_first_matching_application_wins_and_the_rest_is_default() {
+        let t = table(
+            r#"{"version": 1, "apps": [
+              {"name": "ssh", "match": {"proto": "tcp", "remote_ports": "22"}},
+              {"name": "lan-a", "match": {"local_prefix": "198.18.1.0/25"}},
+              {"name": "web", "match": {"proto": "tcp", "remote_ports": "80-443"}},
+              {"name": "ef", "match": {"dscp": 46}}
+            ]}"#,
+        );
+        let c = Classifier::new(&t);
+        // testing::tcp_v4(src, sport, dst, dport): from the site to a server.
+        let up = |src: &str, sport, dst: &str, dport| {
+            let p = testing::tcp_v4(src, sport, dst, dport);
+            c.classify(&PacketInfo::parse(&p).expect("packet"), Direction::Up)
+        };
+        assert_eq!(up("198.18.1.200", 40000, "203.0.113.5", 22), AppIdx(1));
+        // Rule order decides: the LAN prefix comes before web.
+        assert_eq!(up("198.18.1.10", 40000, "203.0.113.5", 443), AppIdx(2));
+        assert_eq!(up("198.18.1.200", 40000, "203.0.113.5", 443), AppIdx(3));
+        assert_eq!(
+            up("198.18.1.200", 40000, "203.0.113.5", 444),
+            AppIdx::DEFAULT
+        );
+        // Coming down, the remote port is the source port.
+        let p = testing::tcp_v4("203.0.113.5", 22, "198.18.1.200", 40000);
+        let info = PacketInfo::parse(&p).expect("packet");
+        assert_eq!(c.classify(&info, Direction::Down), AppIdx(1));
+        assert_eq!(c.classify(&info, Direction::Up), AppIdx::DEFAULT);
+        // DSCP 46 (EF) on a packet no other rule takes.
+        let mut p = testing::tcp_v4("198.18.1.200", 1, "203.0.113.5", 2);
+        p[1] = 46 << 2;
+        let info = PacketInfo::parse(&p).expect("packet");
+        assert_eq!(c.classify(&info, Direction::Up), AppIdx(4));
+    }
+
+    #[test]
+    fn ports_rules_never_match_packets_without_ports() {
+        let t = table(
+            r#"{"version": 1, "apps": [{"name": "dns", "match": {"remote_ports": "53"}}, {"name": "icmp", "match": {"proto": "icmp"}}]}"#,
+        );
+        let c = Classifier::new(&t);
+        let p = testing::icmp_echo_v4("198.18.1.2", "203.0.113.5");
+        let info = PacketInfo::parse(&p).expect("packet");
+        assert_eq!(c.classify(&info, Direction::Up), AppIdx(2));
+        let p = testing::udp_v6(10);
+        let info = PacketInfo::parse(&p).expect("packet");
+        assert_eq!(c.classify(&info, Direction::Up), AppIdx::DEFAULT);
+    }
+}

@@ -1,0 +1,415 @@
+//! Per-application pacing at one gateway (SPEC §4): every site's application table,
+//! its classifier behind a per-flow cache, and one pacer queue per application, all
+//! applications of all sites sharing the pacer's single calendar.
+//!
+//! Contract: a gateway paces one direction (the entry `up`, the exit `down`); packets
+//! of the other direction are only classified, for measurement. A new table replaces
+//! a site's old one at once: applications that keep their name keep their queue (and
+//! its packets) under the new rate; the packets of applications that are gone are
+//! handed back to be sent unpaced, never dropped.
+
+use std::time::Duration;
+
+use super::apps::{AppIdx, AppSpec, Classifier, Direction, PacingTable};
+use super::engine::SiteIdx;
+use super::flow::FlowTable;
+use super::pacer::{Enqueued, PaceSpec, Pacer, SlotId};
+use super::packet::{FlowKey, PacketInfo};
+use super::time::Instant;
+
+/// The queue limit of an application that sets none: 100 ms at its rate, at least
+/// 64 KiB (a TCP flow needs about a round trip of queue to keep its rate).
+pub fn default_queue_limit(rate_bps: u64) -> u64 {
+    (rate_bps / 8 / 10).max(64 * 1024)
+}
+
+struct SiteApps {
+    table: PacingTable,
+    classifier: Classifier,
+    /// Flow (with its DSCP and direction) -> application: each flow scans the table
+    /// once.
+    cache: FlowTable<AppIdx>,
+    /// Flows of each application (by `AppIdx`) in the paced direction, among the
+    /// cache's entries.
+    flows: Vec<u64>,
+    /// The pacer queue of each application (by `AppIdx`).
+    slots: Vec<SlotId>,
+}
+
+/// All sites' applications and their pacer.
+pub struct AppPacing<T> {
+    direction: Direction,
+    default_rate_bps: u64,
+    flow_idle_timeout: Duration,
+    max_flows: usize,
+    sites: Vec<SiteApps>,
+    pacer: Pacer<T>,
+    /// The site and application of each pacer slot.
+    owners: Vec<(SiteIdx, AppIdx)>,
+}
+
+impl<T> AppPacing<T> {
+    /// Pacing for `sites` sites in `direction`, each with an empty table (version 0):
+    /// everything is `default`, paced at `default_rate_kbps` if set.
+    pub fn new(
+        sites: usize,
+        direction: Direction,
+        default_rate_kbps: Option<u64>,
+        flow_idle_timeout: Duration,
+        max_flows: usize,
+    ) -> AppPacing<T> {
+        let mut pacing = AppPacing {
+            direction,
+            default_rate_bps: default_rate_kbps.unwrap_or(0) * 1000,
+            flow_idle_timeout,
+            max_flows,
+            sites: Vec::with_capacity(sites),
+            pacer: Pacer::default(),
+            owners: Vec::new(),
+        };
+        for i in 0..sites {
+            let site = SiteIdx(i as u32);
+            let default = pacing.pacer.add(pacing.spec(None));
+            pacing.own(default, site, AppIdx::DEFAULT);
+            pacing.sites.push(SiteApps {
+                table: PacingTable::default(),
+                classifier: Classifier::default(),
+                cache: FlowTable::new(flow_idle_timeout, max_flows),
+                flows: vec![0],
+                slots: vec![default],
+            });
+        }
+        pacing
+    }
+
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    fn own(&mut self, slot: SlotId, site: SiteIdx, app: AppIdx) {
+        let i = slot.0 as usize;
+        if self.owners.len() <= i {
+            self.owners.resize(i + 1, (site, app));
+        }
+        self.owners[i] = (site, app);
+    }
+
+    /// How an application (`None`: default) is paced in this gateway's direction.
+    fn spec(&self, app: Option<&AppSpec>) -> PaceSpec {
+        let rate_bps = app.map_or(self.default_rate_bps, |a| a.rate_bps(self.direction));
+        PaceSpec {
+            rate_bps,
+            burst_bytes: app.and_then(|a| a.burst_bytes).unwrap_or(0),
+            queue_limit_bytes: app
+                .and_then(|a| a.queue_limit_bytes)
+                .unwrap_or_else(|| default_queue_limit(rate_bps)),
+        }
+    }
+
+    /// The site's current table.
+    pub fn table(&self, site: SiteIdx) -> &PacingTable {
+        &self.sites[site.0 as usize].table
+    }
+
+    /// Replaces a site's table (already validated). Packets queued for applications
+    /// that are gone go to `unpaced`, to be sent at once.
+    pub fn apply(
+        &mut self,
+        site: SiteIdx,
+        table: PacingTable,
+        now: Instant,
+        mut unpaced: impl FnMut(T),
+    ) {
+        let old = &self.sites[site.0 as usize];
+        let old_slot = |name: &str| {
+            old.table
+                .apps
+                .iter()
+                .position(|a| a.name == name)
+                .map(|i| old.slots[i + 1])
+        };
+        let kept: Vec<Option<SlotId>> = table.apps.iter().map(|a| old_slot(&a.name)).collect();
+        let gone: Vec<SlotId> = old
+            .table
+            .apps
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !table.apps.iter().any(|n| n.name == a.name))
+            .map(|(i, _)| old.slots[i + 1])
+            .collect();
+        let default = old.slots[0];
+        for slot in gone {
+            self.pacer.remove(slot, &mut unpaced);
+        }
+        self.pacer.set(default, self.spec(None), now);
+        let mut slots = Vec::with_capacity(table.apps.len() + 1);
+        slots.push(default);
+        for (i, (app, kept)) in table.apps.iter().zip(kept).enumerate() {
+            let spec = self.spec(Some(app));
+            let slot = match kept {
+                Some(slot) => {
+                    self.pacer.set(slot, spec, now);
+                    slot
+                }
+                None => self.pacer.add(spec),
+            };
+            self.own(slot, site, AppIdx(i as u32 + 1));
+            slots.push(slot);
+        }
+        let s = &mut self.sites[site.0 as usize];
+        s.classifier = Classifier::new(&table);
+        s.cache = FlowTable::new(self.flow_idle_timeout, self.max_flows);
+        s.flows = vec![0; table.apps.len() + 1];
+        s.slots = slots;
+        s.table = table;
+    }
+
+    /// The application of a packet of `site` travelling in `direction`.
+    pub fn classify(
+        &mut self,
+        site: SiteIdx,
+        info: &PacketInfo,
+        direction: Direction,
+        now: Instant,
+    ) -> AppIdx {
+        let paced = direction == self.direction;
+        let s = &mut self.sites[site.0 as usize];
+        let flows = &mut s.flows;
+        let mut forget = |app: AppIdx| {
+            if let Some(n) = flows.get_mut(app.0 as usize) {
+                *n = n.saturating_sub(1);
+            }
+        };
+        // Only flows of the paced direction are counted; the others carry the
+        // sentinel of an impossible application and are never counted.
+        s.cache.expire(now, |app: AppIdx| {
+            if app.0 & OTHER_DIRECTION == 0 {
+                forget(app);
+            }
+        });
+        let key = cache_key(info, direction);
+        if let Some(entry) = s.cache.get(key) {
+            s.cache.record(key, entry.value, now);
+            return AppIdx(entry.value.0 & !OTHER_DIRECTION);
+        }
+        let app = s.classifier.classify(info, direction);
+        let stored = if paced {
+            s.flows[app.0 as usize] += 1;
+            app
+        } else {
+            AppIdx(app.0 | OTHER_DIRECTION)
+        };
+        if let Some(evicted) = s.cache.record(key, stored, now)
+            && evicted.0 & OTHER_DIRECTION == 0
+            && let Some(n) = s.flows.get_mut(evicted.0 as usize)
+        {
+            *n = n.saturating_sub(1);
+        }
+        app
+    }
+
+    /// Offers a packet of an application to its queue.
+    pub fn enqueue(
+        &mut self,
+        site: SiteIdx,
+        app: AppIdx,
+        item: T,
+        len: usize,
+        now: Instant,
+    ) -> Enqueued<T> {
+        let slot = self.sites[site.0 as usize].slots[app.0 as usize];
+        self.pacer.enqueue(slot, item, len, now)
+    }
+
+    /// Hands every packet due at `now` to `out` with its site and application.
+    pub fn release(&mut self, now: Instant, mut out: impl FnMut(SiteIdx, AppIdx, T)) {
+        let owners = &self.owners;
+        self.pacer.release(now, |slot, item| {
+            let (site, app) = owners[slot.0 as usize];
+            out(site, app, item);
+        });
+    }
+
+    /// When [`AppPacing::release`] may have packets to hand out next.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.pacer.next_release()
+    }
+
+    /// The number of applications of a site, `default` included (`AppIdx` 0..n).
+    pub fn apps(&self, site: SiteIdx) -> usize {
+        self.sites[site.0 as usize].slots.len()
+    }
+
+    /// Bytes queued for an application.
+    pub fn queued_bytes(&self, site: SiteIdx, app: AppIdx) -> u64 {
+        self.pacer
+            .queued_bytes(self.sites[site.0 as usize].slots[app.0 as usize])
+    }
+
+    /// An application's paced rate in bit/s (0: unpaced).
+    pub fn target_bps(&self, site: SiteIdx, app: AppIdx) -> u64 {
+        self.pacer
+            .spec(self.sites[site.0 as usize].slots[app.0 as usize])
+            .rate_bps
+    }
+
+    /// Flows of an application in the paced direction seen within the flow timeout.
+    pub fn flows(&self, site: SiteIdx, app: AppIdx) -> u64 {
+        self.sites[site.0 as usize].flows[app.0 as usize]
+    }
+}
+
+/// Marks cache entries of the direction that is not paced (an `AppIdx` never gets
+/// this high: tables hold at most `MAX_APPS` applications).
+const OTHER_DIRECTION: u32 = 1 << 31;
+
+/// The cache key of a packet: its flow, its DSCP (a rule may match on it) and its
+/// direction.
+fn cache_key(info: &PacketInfo, direction: Direction) -> FlowKey {
+    let salt = (u64::from(info.dscp) << 1 | u64::from(direction == Direction::Down))
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    FlowKey(info.flow_key().0 ^ salt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::packet::tests as testing;
+
+    const MS: u64 = 1_000_000;
+
+    fn table(json: &str) -> PacingTable {
+        PacingTable::parse(json.as_bytes()).expect("valid")
+    }
+
+    fn pacing() -> AppPacing<u32> {
+        AppPacing::new(2, Direction::Up, None, Duration::from_secs(10), 1000)
+    }
+
+    fn info(src: &str, sport: u16, dst: &str, dport: u16) -> PacketInfo {
+        PacketInfo::parse(&testing::tcp_v4(src, sport, dst, dport)).expect("packet")
+    }
+
+    #[test]
+    fn applications_are_classified_per_site_and_counted_per_flow() {
+        let mut p = pacing();
+        let site = SiteIdx(1);
+        p.apply(
+            site,
+            table(r#"{"version": 3, "apps": [{"name": "web", "match": {"remote_ports": "443"}, "rate_up_kbps": 800}]}"#),
+            Instant::ZERO,
+            |_| panic!("nothing was queued"),
+        );
+        let web = info("198.18.1.2", 40000, "203.0.113.1", 443);
+        let other = info("198.18.1.2", 40001, "203.0.113.1", 80);
+        for _ in 0..3 {
+            assert_eq!(
+                p.classify(site, &web, Direction::Up, Instant::ZERO),
+                AppIdx(1)
+            );
+        }
+        assert_eq!(
+            p.classify(site, &other, Direction::Up, Instant::ZERO),
+            AppIdx::DEFAULT
+        );
+        // The site without a table puts everything in default.
+        assert_eq!(
+            p.classify(SiteIdx(0), &web, Direction::Up, Instant::ZERO),
+            AppIdx::DEFAULT
+        );
+        // Return traffic is classified too, but not counted as a paced flow.
+        let back = info("203.0.113.1", 443, "198.18.1.2", 40000);
+        assert_eq!(
+            p.classify(site, &back, Direction::Down, Instant::ZERO),
+            AppIdx(1)
+        );
+        assert_eq!(
+            (p.flows(site, AppIdx(1)), p.flows(site, AppIdx::DEFAULT)),
+            (1, 1)
+        );
+        assert_eq!(p.target_bps(site, AppIdx(1)), 800_000);
+        assert_eq!(p.target_bps(site, AppIdx::DEFAULT), 0);
+        // Idle flows expire and stop counting.
+        p.classify(
+            site,
+            &other,
+            Direction::Up,
+            Instant::from_nanos(10_001 * MS),
+        );
+        assert_eq!(
+            (p.flows(site, AppIdx(1)), p.flows(site, AppIdx::DEFAULT)),
+            (0, 1)
+        );
+    }
+
+    #[test]
+    fn an_application_with_six_flows_gets_its_rate_not_six_times_it() {
+        let mut p = pacing();
+        let site = SiteIdx(0);
+        // 8 Mbit/s: 1 ms per 1000-byte packet, whatever flow it belongs to.
+        p.apply(
+            site,
+            table(r#"{"version": 1, "apps": [{"name": "browser", "match": {"remote_ports": "443"}, "rate_up_kbps": 8000}]}"#),
+            Instant::ZERO,
+            |_| {},
+        );
+        let mut released = 0;
+        let mut now_sent = 0;
+        for round in 0..10u16 {
+            for conn in 0..6 {
+                let pkt = info("198.18.1.2", 40000 + conn, "203.0.113.1", 443);
+                let app = p.classify(site, &pkt, Direction::Up, Instant::ZERO);
+                match p.enqueue(site, app, u32::from(round), 1000, Instant::ZERO) {
+                    Enqueued::Now(_) => now_sent += 1,
+                    Enqueued::Queued => {}
+                    Enqueued::Dropped(_) => panic!("the default queue holds 64 KiB"),
+                }
+            }
+        }
+        assert_eq!(p.flows(site, AppIdx(1)), 6);
+        // 60 packets of 1000 bytes from six flows: in 20 ms the first left at once
+        // and then one per ms, 21 in all, not six times as many.
+        for ms in 0..=20 {
+            p.release(Instant::from_nanos(ms * MS), |_, _, _| released += 1);
+        }
+        assert_eq!(now_sent + released, 21);
+        assert_eq!(p.queued_bytes(site, AppIdx(1)), 39_000);
+    }
+
+    #[test]
+    fn a_new_table_keeps_the_queues_of_applications_that_stay() {
+        let mut p = pacing();
+        let site = SiteIdx(0);
+        let first = r#"{"version": 1, "apps": [
+            {"name": "a", "match": {"remote_ports": "1"}, "rate_up_kbps": 8},
+            {"name": "b", "match": {"remote_ports": "2"}, "rate_up_kbps": 8}]}"#;
+        p.apply(site, table(first), Instant::ZERO, |_| {});
+        for (port, app) in [(1, AppIdx(1)), (2, AppIdx(2))] {
+            let pkt = info("198.18.1.2", 5, "203.0.113.1", port);
+            assert_eq!(p.classify(site, &pkt, Direction::Up, Instant::ZERO), app);
+            for i in 0..3 {
+                p.enqueue(site, app, u32::from(port) * 10 + i, 1000, Instant::ZERO);
+            }
+        }
+        assert_eq!(p.queued_bytes(site, AppIdx(1)), 2000);
+        // "a" goes, "b" moves to the front and speeds up, "c" is new.
+        let second = r#"{"version": 2, "apps": [
+            {"name": "b", "match": {"remote_ports": "2"}, "rate_up_kbps": 8000},
+            {"name": "c", "match": {"remote_ports": "3"}}]}"#;
+        let mut unpaced = Vec::new();
+        p.apply(site, table(second), Instant::ZERO, |i| unpaced.push(i));
+        assert_eq!(unpaced, [11, 12], "a's queued packets are sent, not lost");
+        assert_eq!(p.queued_bytes(site, AppIdx(1)), 2000, "b kept its queue");
+        assert_eq!(p.target_bps(site, AppIdx(1)), 8_000_000);
+        assert_eq!(p.table(site).version, 2);
+        let mut out = Vec::new();
+        p.release(Instant::from_nanos(3 * MS), |s, a, i| out.push((s, a, i)));
+        assert_eq!(out, [(site, AppIdx(1), 21), (site, AppIdx(1), 22)]);
+        let pkt = info("198.18.1.2", 5, "203.0.113.1", 1);
+        assert_eq!(
+            p.classify(site, &pkt, Direction::Up, Instant::ZERO),
+            AppIdx::DEFAULT
+        );
+    }
+}

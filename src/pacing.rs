@@ -1,0 +1,408 @@
+//! The shell around per-application pacing: the controller's side (tables received
+//! through the admin API, checked, persisted to `pacing.state_file`, handed to the
+//! driver) and the driver's side (per-application byte counters, metrics, and the
+//! once-a-second report behind `GET /v1/sites/{site}/apps`).
+//!
+//! A table takes effect in this order: validated (400 otherwise), version checked
+//! against the current one (409), written to the state file (temporary file, fsync,
+//! rename, fsync of the directory), applied by the driver, and only then answered
+//! 200. A failure at any step leaves the previous table in force, in memory and on
+//! disk.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::core::apps::{AppIdx, Direction, PacingTable};
+use crate::core::engine::SiteIdx;
+use crate::core::pacing::AppPacing;
+use crate::core::time::Instant;
+use crate::metrics::{AppMetrics, Metrics};
+
+/// What the admin API asks of the driver.
+pub enum PacingCommand {
+    /// Replace a site's table; `done` fires once packets are paced by it.
+    Apply {
+        site: SiteIdx,
+        table: PacingTable,
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// The tables of every site as the state file holds them: site id -> table.
+pub type Tables = BTreeMap<String, PacingTable>;
+
+/// Reads the state file; a missing file means no table yet. Tables of sites this
+/// gateway does not serve are ignored with a warning.
+pub fn load_state(path: &Path, sites: &[String]) -> anyhow::Result<Tables> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Tables::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let raw: BTreeMap<String, serde_json::Value> = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: not a pacing state file", path.display()))?;
+    let mut tables = Tables::new();
+    for (site, value) in raw {
+        if !sites.contains(&site) {
+            tracing::warn!(site, file = %path.display(), "pacing table of a site this gateway does not serve; ignored");
+            continue;
+        }
+        let json = serde_json::to_vec(&value)?;
+        let table = PacingTable::parse(&json)
+            .map_err(|e| anyhow::anyhow!("{}: site {site}: {e}", path.display()))?;
+        tables.insert(site, table);
+    }
+    Ok(tables)
+}
+
+/// Writes the state file so that a crash at any moment leaves either the old or the
+/// new file, whole.
+pub fn save_state(path: &Path, tables: &Tables) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(tables)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().with_context(|| format!("writing {}", path.display()))
+}
+
+/// Why a table was not taken.
+#[derive(Debug)]
+pub enum PutError {
+    /// The site is not served here (404).
+    UnknownSite,
+    /// The table is older than the current one (409).
+    Stale { current: u64 },
+    /// Persisting or applying failed (500); the previous table stays.
+    Failed(String),
+}
+
+/// The controller's side: current tables, persistence, and the way to the driver.
+pub struct PacingControl {
+    /// Site ids, by `SiteIdx`.
+    sites: Vec<String>,
+    tables: tokio::sync::Mutex<Tables>,
+    state_file: Option<PathBuf>,
+    commands: mpsc::Sender<PacingCommand>,
+    report: Arc<Mutex<Vec<SiteReport>>>,
+}
+
+impl PacingControl {
+    pub fn new(
+        sites: Vec<String>,
+        tables: Tables,
+        state_file: Option<PathBuf>,
+        commands: mpsc::Sender<PacingCommand>,
+        report: Arc<Mutex<Vec<SiteReport>>>,
+    ) -> PacingControl {
+        PacingControl {
+            sites,
+            tables: tokio::sync::Mutex::new(tables),
+            state_file,
+            commands,
+            report,
+        }
+    }
+
+    pub fn sites(&self) -> &[String] {
+        &self.sites
+    }
+
+    fn site_index(&self, site: &str) -> Option<SiteIdx> {
+        self.sites
+            .iter()
+            .position(|s| s == site)
+            .map(|i| SiteIdx(i as u32))
+    }
+
+    /// The site's current table (version 0 and no applications before the first).
+    pub async fn get(&self, site: &str) -> Option<PacingTable> {
+        self.site_index(site)?;
+        Some(
+            self.tables
+                .lock()
+                .await
+                .get(site)
+                .cloned()
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Takes a validated table: version check, persistence, then the driver.
+    pub async fn put(&self, site: &str, table: PacingTable) -> Result<(), PutError> {
+        let idx = self.site_index(site).ok_or(PutError::UnknownSite)?;
+        // Held to the end: tables of one gateway are taken one at a time, so the
+        // version check, the file and the driver always agree.
+        let mut tables = self.tables.lock().await;
+        let current = tables.get(site).map_or(0, |t| t.version);
+        if table.version < current {
+            return Err(PutError::Stale { current });
+        }
+        let mut next = tables.clone();
+        next.insert(site.to_string(), table.clone());
+        if let Some(path) = self.state_file.clone() {
+            let to_save = next.clone();
+            tokio::task::spawn_blocking(move || save_state(&path, &to_save))
+                .await
+                .map_err(|e| PutError::Failed(e.to_string()))?
+                .map_err(|e| PutError::Failed(format!("{e:#}")))?;
+        }
+        let (done, applied) = oneshot::channel();
+        let command = PacingCommand::Apply {
+            site: idx,
+            table,
+            done,
+        };
+        if self.commands.send(command).await.is_err() || applied.await.is_err() {
+            return Err(PutError::Failed("the data path is stopping".into()));
+        }
+        *tables = next;
+        Ok(())
+    }
+
+    /// The last per-application report of a site.
+    pub fn report(&self, site: &str) -> Option<SiteReport> {
+        let idx = self.site_index(site)?;
+        let report = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        report.get(idx.0 as usize).cloned()
+    }
+}
+
+/// What `GET /v1/sites/{site}/apps` answers.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SiteReport {
+    pub site: String,
+    pub version: u64,
+    /// The direction this gateway paces (`up` at the entry, `down` at the exit).
+    pub paced_direction: &'static str,
+    pub apps: Vec<AppReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AppReport {
+    pub name: String,
+    /// Flows seen in the paced direction within the flow timeout.
+    pub flows: u64,
+    pub target_bps: u64,
+    /// Measured over the last second.
+    pub rate_up_bps: u64,
+    pub rate_down_bps: u64,
+    pub queue_bytes: u64,
+    pub drops: u64,
+}
+
+/// Byte and drop counts of one application, both directions.
+struct AppCounter {
+    name: String,
+    bytes: [u64; 2],
+    bytes_at_sample: [u64; 2],
+    rate_bps: [u64; 2],
+    drops: u64,
+    /// Metrics in the paced direction, and the byte counter of the other.
+    paced: AppMetrics,
+    other_bytes: prometheus::IntCounter,
+}
+
+fn dir_index(d: Direction) -> usize {
+    match d {
+        Direction::Up => 0,
+        Direction::Down => 1,
+    }
+}
+
+fn other(d: Direction) -> Direction {
+    match d {
+        Direction::Up => Direction::Down,
+        Direction::Down => Direction::Up,
+    }
+}
+
+/// The driver's per-application accounting.
+pub struct AppStats {
+    metrics: Arc<Metrics>,
+    site_ids: Vec<String>,
+    direction: Direction,
+    /// By site, by `AppIdx`.
+    counters: Vec<Vec<AppCounter>>,
+    report: Arc<Mutex<Vec<SiteReport>>>,
+    sampled_at: Instant,
+}
+
+impl AppStats {
+    pub fn new<T>(
+        metrics: Arc<Metrics>,
+        site_ids: Vec<String>,
+        pacing: &AppPacing<T>,
+        report: Arc<Mutex<Vec<SiteReport>>>,
+    ) -> AppStats {
+        let mut stats = AppStats {
+            metrics,
+            counters: site_ids.iter().map(|_| Vec::new()).collect(),
+            site_ids,
+            direction: pacing.direction(),
+            report,
+            sampled_at: Instant::ZERO,
+        };
+        for i in 0..stats.site_ids.len() {
+            stats.rebuild(SiteIdx(i as u32), pacing);
+        }
+        stats
+    }
+
+    /// Takes a site's applications anew after its table changed; counters of
+    /// applications that stay carry on.
+    pub fn rebuild<T>(&mut self, site: SiteIdx, pacing: &AppPacing<T>) {
+        let site_id = &self.site_ids[site.0 as usize];
+        let table = pacing.table(site);
+        let mut old: BTreeMap<String, AppCounter> =
+            std::mem::take(&mut self.counters[site.0 as usize])
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect();
+        let (paced, other_dir) = (self.direction.as_str(), other(self.direction).as_str());
+        let counters = (0..pacing.apps(site))
+            .map(|i| {
+                let name = table.name(AppIdx(i as u32));
+                old.remove(name).unwrap_or_else(|| AppCounter {
+                    name: name.to_string(),
+                    bytes: [0; 2],
+                    bytes_at_sample: [0; 2],
+                    rate_bps: [0; 2],
+                    drops: 0,
+                    paced: self.metrics.app(site_id, name, paced),
+                    other_bytes: self.metrics.app(site_id, name, other_dir).tx_bytes,
+                })
+            })
+            .collect();
+        for gone in old.keys() {
+            self.metrics.remove_app(site_id, gone, paced);
+            self.metrics.remove_app(site_id, gone, other_dir);
+        }
+        self.counters[site.0 as usize] = counters;
+        for i in 0..pacing.apps(site) {
+            let app = AppIdx(i as u32);
+            let target = pacing.target_bps(site, app);
+            self.counters[site.0 as usize][i]
+                .paced
+                .target_bps
+                .set(i64::try_from(target).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts a packet of an application going `direction`.
+    pub fn carried(&mut self, site: SiteIdx, app: AppIdx, direction: Direction, len: usize) {
+        let Some(c) = self.counters[site.0 as usize].get_mut(app.0 as usize) else {
+            return;
+        };
+        c.bytes[dir_index(direction)] += len as u64;
+        if direction == self.direction {
+            c.paced.tx_bytes.inc_by(len as u64);
+        } else {
+            c.other_bytes.inc_by(len as u64);
+        }
+    }
+
+    /// Counts a packet its application's full queue refused.
+    pub fn dropped(&mut self, site: SiteIdx, app: AppIdx) {
+        if let Some(c) = self.counters[site.0 as usize].get_mut(app.0 as usize) {
+            c.drops += 1;
+            c.paced.drops.inc();
+        }
+    }
+
+    /// Measures rates since the last sample, updates the queue gauges and publishes
+    /// the report.
+    pub fn sample<T>(&mut self, now: Instant, pacing: &AppPacing<T>) {
+        let secs = now.saturating_since(self.sampled_at).as_secs_f64();
+        self.sampled_at = now;
+        let mut reports = Vec::with_capacity(self.counters.len());
+        for (s, counters) in self.counters.iter_mut().enumerate() {
+            let site = SiteIdx(s as u32);
+            let mut apps = Vec::with_capacity(counters.len());
+            for (i, c) in counters.iter_mut().enumerate() {
+                let app = AppIdx(i as u32);
+                for d in 0..2 {
+                    let delta = c.bytes[d] - c.bytes_at_sample[d];
+                    c.bytes_at_sample[d] = c.bytes[d];
+                    c.rate_bps[d] = if secs > 0.0 {
+                        (delta as f64 * 8.0 / secs) as u64
+                    } else {
+                        0
+                    };
+                }
+                let queue = pacing.queued_bytes(site, app);
+                c.paced
+                    .queue_bytes
+                    .set(i64::try_from(queue).unwrap_or(i64::MAX));
+                apps.push(AppReport {
+                    name: c.name.clone(),
+                    flows: pacing.flows(site, app),
+                    target_bps: pacing.target_bps(site, app),
+                    rate_up_bps: c.rate_bps[0],
+                    rate_down_bps: c.rate_bps[1],
+                    queue_bytes: queue,
+                    drops: c.drops,
+                });
+            }
+            reports.push(SiteReport {
+                site: self.site_ids[s].clone(),
+                version: pacing.table(site).version,
+                paced_direction: self.direction.as_str(),
+                apps,
+            });
+        }
+        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = reports;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_file_round_trips_and_is_replaced_whole() {
+        let dir = std::env::temp_dir().join(format!("braid-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("pacing.json");
+        let sites = vec!["site1".to_string()];
+        assert!(
+            load_state(&path, &sites)
+                .expect("missing is empty")
+                .is_empty()
+        );
+        let mut tables = Tables::new();
+        let table =
+            PacingTable::parse(br#"{"version": 4, "apps": [{"name": "a", "rate_up_kbps": 10}]}"#)
+                .expect("valid");
+        tables.insert("site1".into(), table.clone());
+        tables.insert("gone".into(), table.clone());
+        save_state(&path, &tables).expect("save");
+        let loaded = load_state(&path, &sites).expect("load");
+        assert_eq!(loaded.get("site1"), Some(&table));
+        assert!(!loaded.contains_key("gone"), "sites not served are ignored");
+        assert!(!dir.join("pacing.json.tmp").exists());
+        std::fs::write(&path, b"{\"site1\": {\"version\": \"x\"}}").expect("write");
+        let e = load_state(&path, &sites).expect_err("corrupt");
+        assert!(
+            format!("{e:#}").contains("site site1: version: invalid type"),
+            "{e:#}"
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}
