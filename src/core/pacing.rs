@@ -8,6 +8,7 @@
 //! its packets) under the new rate; the packets of applications that are gone are
 //! handed back to be sent unpaced, never dropped.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::apps::{AppIdx, AppSpec, Classifier, Direction, PacingTable};
@@ -121,22 +122,21 @@ impl<T> AppPacing<T> {
         mut unpaced: impl FnMut(T),
     ) {
         let old = &self.sites[site.0 as usize];
-        let old_slot = |name: &str| {
-            old.table
-                .apps
-                .iter()
-                .position(|a| a.name == name)
-                .map(|i| old.slots[i + 1])
-        };
-        let kept: Vec<Option<SlotId>> = table.apps.iter().map(|a| old_slot(&a.name)).collect();
-        let gone: Vec<SlotId> = old
+        // Name -> queue of the old table's applications; what is left over is gone.
+        let mut old_slots: HashMap<&str, SlotId> = old
             .table
             .apps
             .iter()
-            .enumerate()
-            .filter(|(_, a)| !table.apps.iter().any(|n| n.name == a.name))
-            .map(|(i, _)| old.slots[i + 1])
+            .zip(&old.slots[1..])
+            .map(|(a, slot)| (a.name.as_str(), *slot))
             .collect();
+        let kept: Vec<Option<SlotId>> = table
+            .apps
+            .iter()
+            .map(|a| old_slots.remove(a.name.as_str()))
+            .collect();
+        let mut gone: Vec<SlotId> = old_slots.into_values().collect();
+        gone.sort();
         let default = old.slots[0];
         for slot in gone {
             self.pacer.remove(slot, &mut unpaced);
