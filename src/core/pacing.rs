@@ -19,9 +19,10 @@ use super::packet::{FlowKey, PacketInfo};
 use super::time::Instant;
 
 /// The queue limit of an application that sets none: 100 ms at its rate, at least
-/// 64 KiB (a TCP flow needs about a round trip of queue to keep its rate).
+/// 16 KiB: a TCP flow needs about a round trip of queue to keep its rate, and a slow
+/// application should not hold seconds of it.
 pub fn default_queue_limit(rate_bps: u64) -> u64 {
-    (rate_bps / 8 / 10).max(64 * 1024)
+    (rate_bps / 8 / 10).max(16 * 1024)
 }
 
 struct SiteApps {
@@ -363,7 +364,7 @@ mod tests {
                 match p.enqueue(site, app, u32::from(round), 1000, Instant::ZERO) {
                     Enqueued::Now(_) => now_sent += 1,
                     Enqueued::Queued => {}
-                    Enqueued::Dropped(_) => panic!("the default queue holds 64 KiB"),
+                    Enqueued::Dropped(_) => panic!("the default queue holds 100 ms at 8 Mbit/s"),
                 }
             }
         }
