@@ -160,6 +160,8 @@ def accuracy(n, token):
     counts = json.loads(rx.stdout.readline())
     rx.wait()
     tx.wait()
+    # Let the queues (up to 100 ms or 16 KiB each) drain before the next run.
+    time.sleep(2)
     errors = [100.0 * (c * 8 / WINDOW / (r * 1000) - 1) for c, r in zip(counts, rates)]
     worst = max(errors, key=abs)
     return {"apps": n, "total_target_mbps": sum(rates) / 1000, "measured_mbps": sum(counts) * 8 / WINDOW / 1e6,
