@@ -274,6 +274,7 @@ fn shipped_example_configs_pass_check_config() {
     for f in ["entry.toml", "exit.toml"] {
         std::fs::copy(repo().join("config").join(f), dir.join(f)).expect("copy example");
     }
+    std::fs::write(dir.join("admin.token"), "a-secret\n").expect("token file");
     let ns = format!("braid-cli-{}", std::process::id());
     let ip = |args: &[&str]| {
         assert!(

@@ -73,6 +73,7 @@ pub fn save_state(path: &Path, tables: &Tables) -> anyhow::Result<()> {
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
     let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&json)?;
         f.sync_all()?;
@@ -378,8 +379,8 @@ mod tests {
     #[test]
     fn the_state_file_round_trips_and_is_replaced_whole() {
         let dir = std::env::temp_dir().join(format!("braid-state-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("pacing.json");
+        let path = dir.join("state").join("pacing.json"); // the directory is created
+        let _ = std::fs::remove_dir_all(&dir);
         let sites = vec!["site1".to_string()];
         assert!(
             load_state(&path, &sites)
@@ -396,7 +397,7 @@ mod tests {
         let loaded = load_state(&path, &sites).expect("load");
         assert_eq!(loaded.get("site1"), Some(&table));
         assert!(!loaded.contains_key("gone"), "sites not served are ignored");
-        assert!(!dir.join("pacing.json.tmp").exists());
+        assert!(!dir.join("state").join("pacing.json.tmp").exists());
         std::fs::write(&path, b"{\"site1\": {\"version\": \"x\"}}").expect("write");
         let e = load_state(&path, &sites).expect_err("corrupt");
         assert!(
