@@ -288,19 +288,25 @@ mod tests {
         AppPacing::new(2, Direction::Up, None, Duration::from_secs(10), 1000)
     }
 
+    /// Pacing of two sites, `site` with the table `json` (applied with no queues).
+    fn with_table(site: SiteIdx, json: &str) -> AppPacing<u32> {
+        let mut p = pacing();
+        p.apply(site, table(json), Instant::ZERO, |_| {
+            panic!("nothing was queued")
+        });
+        p
+    }
+
     fn info(src: &str, sport: u16, dst: &str, dport: u16) -> PacketInfo {
         PacketInfo::parse(&testing::tcp_v4(src, sport, dst, dport)).expect("packet")
     }
 
     #[test]
     fn applications_are_classified_per_site_and_counted_per_flow() {
-        let mut p = pacing();
         let site = SiteIdx(1);
-        p.apply(
+        let mut p = with_table(
             site,
-            table(r#"{"version": 3, "apps": [{"name": "web", "match": {"remote_ports": "443"}, "rate_up_kbps": 800}]}"#),
-            Instant::ZERO,
-            |_| panic!("nothing was queued"),
+            r#"{"version": 3, "apps": [{"name": "web", "match": {"remote_ports": "443"}, "rate_up_kbps": 800}]}"#,
         );
         let web = info("198.18.1.2", 40000, "203.0.113.1", 443);
         let other = info("198.18.1.2", 40001, "203.0.113.1", 80);
@@ -346,14 +352,11 @@ mod tests {
 
     #[test]
     fn an_application_with_six_flows_gets_its_rate_not_six_times_it() {
-        let mut p = pacing();
         let site = SiteIdx(0);
         // 8 Mbit/s: 1 ms per 1000-byte packet, whatever flow it belongs to.
-        p.apply(
+        let mut p = with_table(
             site,
-            table(r#"{"version": 1, "apps": [{"name": "browser", "match": {"remote_ports": "443"}, "rate_up_kbps": 8000}]}"#),
-            Instant::ZERO,
-            |_| {},
+            r#"{"version": 1, "apps": [{"name": "browser", "match": {"remote_ports": "443"}, "rate_up_kbps": 8000}]}"#,
         );
         let mut released = 0;
         let mut now_sent = 0;
