@@ -1,5 +1,6 @@
 //! Cost of per-application pacing with 10,000 applications (issue 4, benchmark 3):
-//! classifying a packet (cached flow, and a new flow scanning the whole table), a
+//! classifying a packet (cached flow; a new flow with the rules indexed by remote
+//! port, and with port ranges, which are tested one by one), a
 //! packet through a paced queue (enqueue plus release by the calendar), and parsing
 //! plus applying a 10,000-application table. `cargo bench --bench pacing`.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -18,13 +19,18 @@ use etherparse::PacketBuilder;
 
 const APPS: usize = 10_000;
 
-/// A table of `APPS` applications, one UDP remote port each, 0.5 Mbit/s up.
-fn table_json() -> Vec<u8> {
+/// A table of `APPS` applications, one UDP remote port each (or, with `ranges`, a
+/// range of two ports each), 0.5 Mbit/s up.
+fn table_json(ranges: bool) -> Vec<u8> {
     let apps: Vec<String> = (0..APPS)
         .map(|i| {
+            let port = if ranges {
+                format!("{}-{}", 10_000 + 2 * i, 10_001 + 2 * i)
+            } else {
+                (10_000 + i).to_string()
+            };
             format!(
-                r#"{{"name": "app{i}", "match": {{"proto": "udp", "remote_ports": "{}"}}, "rate_up_kbps": 500}}"#,
-                10_000 + i
+                r#"{{"name": "app{i}", "match": {{"proto": "udp", "remote_ports": "{port}"}}, "rate_up_kbps": 500}}"#
             )
         })
         .collect();
@@ -42,7 +48,7 @@ fn packet(port: u16) -> Vec<u8> {
 }
 
 fn benches(c: &mut Criterion) {
-    let json = table_json();
+    let json = table_json(false);
     let table = PacingTable::parse(&json).unwrap();
     let infos: Vec<PacketInfo> = (0..APPS)
         .map(|i| PacketInfo::parse(&packet(10_000 + i as u16)).unwrap())
@@ -56,9 +62,16 @@ fn benches(c: &mut Criterion) {
 
     let classifier = Classifier::new(&table);
     let last = &infos[APPS - 1];
-    c.bench_function("classify a new flow, 10k rules, match at the last", |b| {
-        b.iter(|| black_box(classifier.classify(black_box(last), Direction::Up)))
-    });
+    c.bench_function(
+        "classify a new flow, 10k single-port rules, match at the last",
+        |b| b.iter(|| black_box(classifier.classify(black_box(last), Direction::Up))),
+    );
+    let ranges = Classifier::new(&PacingTable::parse(&table_json(true)).unwrap());
+    let last = PacketInfo::parse(&packet(10_000 + 2 * (APPS as u16 - 1))).unwrap();
+    c.bench_function(
+        "classify a new flow, 10k port-range rules, match at the last",
+        |b| b.iter(|| black_box(ranges.classify(black_box(&last), Direction::Up))),
+    );
 
     let mut pacing = new_pacing();
     for info in &infos {

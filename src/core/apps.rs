@@ -6,6 +6,7 @@
 //! (unique names, sane ranges), so applying it cannot fail. [`Classifier::classify`]
 //! returns the first application whose every match key holds, or [`AppIdx::DEFAULT`].
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -320,6 +321,12 @@ impl PacingTable {
 #[derive(Debug, Clone, Default)]
 pub struct Classifier {
     rules: Vec<Rule>,
+    /// Rules whose remote ports are a single port, by that port (indices ascending):
+    /// tables of many applications mostly tell them apart that way, so a packet
+    /// is tested against few rules instead of all.
+    by_remote_port: HashMap<u16, Vec<u32>>,
+    /// The other rules (indices ascending).
+    others: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -366,13 +373,28 @@ impl Classifier {
                 remote_ports: a.matches.remote_ports,
                 dscp: a.matches.dscp,
             })
-            .collect();
-        Classifier { rules }
+            .collect::<Vec<Rule>>();
+        let mut by_remote_port: HashMap<u16, Vec<u32>> = HashMap::new();
+        let mut others = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            match rule.remote_ports {
+                Some(r) if r.first == r.last => {
+                    by_remote_port.entry(r.first).or_default().push(i as u32)
+                }
+                _ => others.push(i as u32),
+            }
+        }
+        Classifier {
+            rules,
+            by_remote_port,
+            others,
+        }
     }
 
     /// The first application whose rules all hold for a packet travelling in
-    /// `direction`, or `default`. Linear in the table: callers cache the result per
-    /// flow.
+    /// `direction`, or `default`. Tests the rules of the packet's remote port and
+    /// those without a single remote port, in table order; callers cache the result
+    /// per flow.
     pub fn classify(&self, info: &PacketInfo, direction: Direction) -> AppIdx {
         // (local, remote) addresses and ports: the site's LAN side is the source of
         // packets going up and the destination of packets coming down.
@@ -380,10 +402,25 @@ impl Classifier {
             Direction::Up => (info.src, info.dst, info.ports),
             Direction::Down => (info.dst, info.src, info.ports.map(|(s, d)| (d, s))),
         };
-        self.rules
-            .iter()
-            .position(|r| r.matches(info, local, remote, ports))
-            .map_or(AppIdx::DEFAULT, |i| AppIdx(i as u32 + 1))
+        // A rule of a single remote port never matches a packet without ports.
+        let indexed = ports
+            .and_then(|(_, remote_port)| self.by_remote_port.get(&remote_port))
+            .map_or(&[][..], Vec::as_slice);
+        let (mut a, mut b) = (indexed.iter().peekable(), self.others.iter().peekable());
+        // Merge the two ascending lists: the first rule in table order that matches.
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(&&x), Some(&&y)) if x < y => a.next(),
+                (_, Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, None) => return AppIdx::DEFAULT,
+            };
+            if let Some(&i) = next
+                && self.rules[i as usize].matches(info, local, remote, ports)
+            {
+                return AppIdx(i + 1);
+            }
+        }
     }
 }
 
@@ -522,6 +559,47 @@ mod tests {
         p[1] = 46 << 2;
         let info = PacketInfo::parse(&p).expect("packet");
         assert_eq!(c.classify(&info, Direction::Up), AppIdx(4));
+    }
+
+    proptest::proptest! {
+        /// The port index finds exactly what testing every rule in order finds.
+        #[test]
+        fn the_index_agrees_with_a_linear_scan(
+            rules in proptest::collection::vec((0u8..4, proptest::option::of((0u16..6, 0u16..3)), proptest::option::of(0u8..2)), 0..40),
+            packets in proptest::collection::vec((0u16..8, 0u16..8, proptest::bool::ANY), 1..40),
+        ) {
+            let apps: Vec<String> = rules
+                .iter()
+                .enumerate()
+                .map(|(i, (proto, ports, dscp))| {
+                    let proto = ["tcp", "udp", "icmp", "any"][usize::from(*proto)];
+                    let ports = ports.map_or(String::new(), |(first, extra)| {
+                        format!(r#", "remote_ports": "{}-{}""#, first, first + extra)
+                    });
+                    let dscp = dscp.map_or(String::new(), |d| format!(r#", "dscp": {d}"#));
+                    format!(r#"{{"name": "a{i}", "match": {{"proto": "{proto}"{ports}{dscp}}}}}"#)
+                })
+                .collect();
+            let t = table(&format!(r#"{{"version": 1, "apps": [{}]}}"#, apps.join(",")));
+            let c = Classifier::new(&t);
+            for (sport, dport, up) in packets {
+                let p = testing::tcp_v4("198.18.1.2", sport, "203.0.113.5", dport);
+                let info = PacketInfo::parse(&p).expect("packet");
+                let direction = if up { Direction::Up } else { Direction::Down };
+                let linear = c
+                    .rules
+                    .iter()
+                    .position(|r| {
+                        let (local, remote, ports) = match direction {
+                            Direction::Up => (info.src, info.dst, info.ports),
+                            Direction::Down => (info.dst, info.src, info.ports.map(|(s, d)| (d, s))),
+                        };
+                        r.matches(&info, local, remote, ports)
+                    })
+                    .map_or(AppIdx::DEFAULT, |i| AppIdx(i as u32 + 1));
+                proptest::prop_assert_eq!(c.classify(&info, direction), linear);
+            }
+        }
     }
 
     #[test]
