@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 
+from benchlib import inns, metric_sum, metrics_text, sh
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
 SERVER = "198.18.100.2"
@@ -39,34 +41,14 @@ ALGORITHMS = ["afmt", "round-robin", "weighted-round-robin", "min-rtt", "single"
 MIB = 1024 * 1024
 
 
-def sh(*args, check=True, env=None, capture=True):
-    r = subprocess.run(args, env=env, capture_output=capture, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed: {r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def ns(name, role):
-    return f"{name}-{role}"
-
-
 def testbed(cmd, name, env):
     return sh("bash", TESTBED, cmd, name, env=env)
 
 
-def metrics_text(name, role):
-    return sh("ip", "netns", "exec", ns(name, role), "python3", "-c",
-             "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9190/metrics').read().decode())")
-
-
 def metric(name, role, sample, text=None):
-    """The sum of the samples of a gateway's /metrics that start with `sample`."""
-    out = text if text is not None else metrics_text(name, role)
-    total = 0.0
-    for line in out.splitlines():
-        if line.startswith(sample):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    """The sum of the samples of a gateway's /metrics (or of `text`) that start with
+    `sample`."""
+    return metric_sum(text if text is not None else metrics_text(name, role), sample)
 
 
 def lane_bytes(name, uplink, text=None):
@@ -84,13 +66,13 @@ def sample_uplinks(name, n, done, into):
                       "cwnd": lane("lane_cwnd_bytes", i)} for i in range(1, n + 1)])
 
 
-def plain_route(name, uplink, n_uplinks):
-    """The no-tunnel baseline: client <-> server routed over one uplink, no braid."""
-    i, sub = uplink, uplink
-    sh("ip", "netns", "exec", ns(name, "en"), "ip", "route", "replace", "198.18.100.0/24", "via", f"198.19.{sub}.1", "dev", f"up{i}")
-    sh("ip", "netns", "exec", ns(name, f"r{i}"), "ip", "route", "replace", "198.18.100.0/24", "via", f"198.19.{100 + sub}.2")
-    sh("ip", "netns", "exec", ns(name, f"r{i}"), "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{sub}.2")
-    sh("ip", "netns", "exec", ns(name, "ex"), "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{100 + sub}.1")
+def plain_route(name, i):
+    """The no-tunnel baseline: client <-> server routed over uplink `i`, no braid."""
+    sub = i
+    sh(*inns(name, "en", "ip", "route", "replace", "198.18.100.0/24", "via", f"198.19.{sub}.1", "dev", f"up{i}"))
+    sh(*inns(name, f"r{i}", "ip", "route", "replace", "198.18.100.0/24", "via", f"198.19.{100 + sub}.2"))
+    sh(*inns(name, f"r{i}", "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{sub}.2"))
+    sh(*inns(name, "ex", "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{100 + sub}.1"))
 
 
 def run_one(variant, algorithm, seconds, braid, linkemu):
@@ -102,7 +84,7 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
     try:
         if algorithm == "no-tunnel":
             fastest = rates.index(max(rates)) + 1
-            plain_route(name, fastest, len(rates))
+            plain_route(name, fastest)
         else:
             testbed("start", name, env)
         # The 32 Mbit/s uplink carries the background flow, exit -> entry like the
@@ -110,9 +92,9 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         bg = rates.index(32) + 1
         bg_addr = f"198.19.{bg}.2"
         servers = [
-            subprocess.Popen(["ip", "netns", "exec", ns(name, "sv"), "iperf3", "-s", "-1", "-p", "5201"],
+            subprocess.Popen(inns(name, "sv", "iperf3", "-s", "-1", "-p", "5201"),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-            subprocess.Popen(["ip", "netns", "exec", ns(name, "en"), "iperf3", "-s", "-1", "-p", "5301", "-B", bg_addr],
+            subprocess.Popen(inns(name, "en", "iperf3", "-s", "-1", "-p", "5301", "-B", bg_addr),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         ]
         time.sleep(0.5)
@@ -125,8 +107,8 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
 
         def background():
             time.sleep(4)
-            out = sh("ip", "netns", "exec", ns(name, "ex"), "iperf3", "-c", bg_addr, "-p", "5301", "-t", str(int(seconds * 0.4)),
-                     "-C", "cubic", "-J", check=False)
+            out = sh(*inns(name, "ex", "iperf3", "-c", bg_addr, "-p", "5301", "-t", str(int(seconds * 0.4)),
+                     "-C", "cubic", "-J"), check=False)
             results["background"] = json.loads(out) if out.strip() else {}
 
         t = threading.Thread(target=background)
@@ -135,8 +117,8 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks))
         if algorithm != "no-tunnel":
             sampler.start()
-        out = sh("ip", "netns", "exec", ns(name, "cl"), "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", "3",
-                 "-t", str(seconds), "-i", "1", "-C", "cubic", "-J")
+        out = sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", "3",
+                 "-t", str(seconds), "-i", "1", "-C", "cubic", "-J"))
         t.join()
         done.set()
         if sampler.is_alive():

@@ -46,6 +46,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import inns, metric_sum, metrics_text, sh
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
 SERVER = "198.18.100.2"
@@ -54,17 +56,6 @@ IP_UDP_HEADERS = 28
 DATAGRAM = 1400  # IP bytes of every datagram the sender sends
 BASE_PORT = 20000
 WARMUP, WINDOW = 2, 10
-
-
-def sh(*args, env=None, check=True, input=None):
-    r = subprocess.run(args, env=env, capture_output=True, text=True, input=input)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed: {r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def inns(role, *args):
-    return ["ip", "netns", "exec", f"{NAME}-{role}", *args]
 
 
 def admin(role, method, path, token, body=b""):
@@ -78,13 +69,13 @@ def admin(role, method, path, token, body=b""):
         "except u.HTTPError as e:\n  c=e.code;b=e.read()\n"
         "print(c,time.monotonic()-t);sys.stdout.flush();sys.stdout.buffer.write(b)\n"
     )
-    r = subprocess.run(inns(role, "python3", "-c", code, path, method, token), input=body, capture_output=True)
+    r = subprocess.run(inns(NAME, role, "python3", "-c", code, path, method, token), input=body, capture_output=True)
     head, _, rest = r.stdout.partition(b"\n")
     status, secs = head.split()
     return int(status), rest.decode(), float(secs)
 
 
-def table(apps, direction):
+def table(apps):
     return {"version": int(time.time() * 1000), "apps": apps}
 
 
@@ -156,12 +147,12 @@ def accuracy(n, token):
     rates = rates_for(n)
     apps = [{"name": f"app{i}", "match": {"proto": "udp", "remote_ports": str(BASE_PORT + i)},
              "rate_up_kbps": r} for i, r in enumerate(rates)]
-    status, body, secs = admin("en", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps, "up")).encode())
+    status, body, secs = admin("en", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
     assert status == 200, body
-    rx = subprocess.Popen(inns("sv", "python3", __file__, "_receive", str(n), str(WARMUP), str(WINDOW)),
+    rx = subprocess.Popen(inns(NAME, "sv", "python3", __file__, "_receive", str(n), str(WARMUP), str(WINDOW)),
                           stdout=subprocess.PIPE, text=True)
     assert rx.stdout.readline().strip() == "ready"
-    tx = subprocess.Popen(inns("cl", "python3", __file__, "_send", SERVER, ",".join(map(str, rates)),
+    tx = subprocess.Popen(inns(NAME, "cl", "python3", __file__, "_send", SERVER, ",".join(map(str, rates)),
                                str(WARMUP + WINDOW + 1), "1.25"))
     counts = json.loads(rx.stdout.readline())
     rx.wait()
@@ -178,12 +169,12 @@ def accuracy(n, token):
 def tcp_mix(token):
     apps = [{"name": "browser", "match": {"proto": "tcp", "remote_ports": "5201"}, "rate_down_kbps": 12000},
             {"name": "download", "match": {"proto": "tcp", "remote_ports": "5202"}, "rate_down_kbps": 6000}]
-    status, body, _ = admin("ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps, "down")).encode())
+    status, body, _ = admin("ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
     assert status == 200, body
-    servers = [subprocess.Popen(inns("sv", "iperf3", "-s", "-1", "-p", str(p)), stdout=subprocess.DEVNULL)
+    servers = [subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1", "-p", str(p)), stdout=subprocess.DEVNULL)
                for p in (5201, 5202)]
     time.sleep(0.5)
-    clients = [subprocess.Popen(inns("cl", "iperf3", "-c", SERVER, "-p", str(p), "-R", "-P", str(k), "-t", str(WINDOW),
+    clients = [subprocess.Popen(inns(NAME, "cl", "iperf3", "-c", SERVER, "-p", str(p), "-R", "-P", str(k), "-t", str(WINDOW),
                                      "-O", str(WARMUP), "-C", "cubic", "-J"), stdout=subprocess.PIPE, text=True)
                for p, k in ((5201, 6), (5202, 1))]
     results = []
@@ -204,7 +195,7 @@ def tcp_mix(token):
 def big_put(token):
     apps = [{"name": f"app{i}", "match": {"proto": "udp", "remote_ports": str(30000 + i)}, "rate_up_kbps": 500}
             for i in range(10_000)]
-    body = json.dumps(table(apps, "up")).encode()
+    body = json.dumps(table(apps)).encode()
     status, text, secs = admin("en", "PUT", "/v1/sites/site1/pacing", token, body)
     assert status == 200, text
     return {"apps": 10_000, "body_bytes": len(body), "put_seconds": secs}
@@ -255,7 +246,7 @@ async def mix_server(classes, kinds):
     async def ssh(reader, writer):
         try:
             while True:
-                req = await reader.readexactly(100)
+                await reader.readexactly(100)
                 writer.write(b"s" * 1000)
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -406,21 +397,15 @@ def mix_targets(classes, budget_kbps=92_000):
 
 
 def tbf_drops():
-    out = sh(*inns("r1", "tc", "-s", "qdisc", "show", "dev", "a"))
+    out = sh(*inns(NAME, "r1", "tc", "-s", "qdisc", "show", "dev", "a"))
     return int(re.search(r"dropped (\d+)", out).group(1))
 
 
 def exit_drops():
     """(lane queue, pacing queue) drops at the exit: `queue_full` counts both."""
-    out = sh(*inns("ex", "python3", "-c",
-                   "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9190/metrics').read().decode())"))
-    queue_full = paced = 0.0
-    for line in out.splitlines():
-        if line.startswith('braid_packets_dropped_total{reason="queue_full"}'):
-            queue_full = float(line.split()[-1])
-        elif line.startswith("braid_app_drops_total"):
-            paced += float(line.split()[-1])
-    return int(queue_full - paced), int(paced)
+    text = metrics_text(NAME, "ex")
+    paced = metric_sum(text, "braid_app_drops_total")
+    return int(metric_sum(text, 'braid_packets_dropped_total{reason="queue_full"}') - paced), int(paced)
 
 
 def cpu_times():
@@ -434,9 +419,7 @@ def cpu_times():
 def lane_fill_sampler(stop, into):
     """Bytes waiting in the exit's lane queue (braid's and quinn's), every 0.2 s."""
     while not stop.wait(0.2):
-        out = sh(*inns("ex", "python3", "-c",
-                       "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9190/metrics').read().decode())"))
-        into.append(sum(float(l.split()[-1]) for l in out.splitlines() if l.startswith("braid_lane_fill_bytes")))
+        into.append(metric_sum(metrics_text(NAME, "ex"), "braid_lane_fill_bytes"))
 
 
 def mix_run(classes, token, paced, budget_kbps=92_000, warmup=3, window=10):
@@ -446,10 +429,10 @@ def mix_run(classes, token, paced, budget_kbps=92_000, warmup=3, window=10):
                                             "remote_ports": str(MIX_BASE + i)},
              **({"rate_down_kbps": t, **MIX_BURST.get(c, {})} if paced else {})}
             for i, (c, t) in enumerate(zip(classes, targets))]
-    status, body, _ = admin("ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps, "down")).encode())
+    status, body, _ = admin("ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
     assert status == 200, body
     groups = [("web", "download"), ("voip", "ssh")]
-    servers = [subprocess.Popen(inns("sv", "python3", __file__, "_mix-server", ",".join(classes), ",".join(g)),
+    servers = [subprocess.Popen(inns(NAME, "sv", "python3", __file__, "_mix-server", ",".join(classes), ",".join(g)),
                                 stdout=subprocess.PIPE, text=True) for g in groups]
     try:
         for server in servers:
@@ -459,7 +442,7 @@ def mix_run(classes, token, paced, budget_kbps=92_000, warmup=3, window=10):
         sampler = threading.Thread(target=lane_fill_sampler, args=(stop, fills))
         sampler.start()
         cpu0 = cpu_times()
-        clients = [subprocess.Popen(inns("cl", "python3", __file__, "_mix-client", SERVER, ",".join(classes),
+        clients = [subprocess.Popen(inns(NAME, "cl", "python3", __file__, "_mix-client", SERVER, ",".join(classes),
                                          ",".join(g), str(warmup), str(window)), stdout=subprocess.PIPE, text=True)
                    for g in groups]
         outs = [json.loads(c.communicate()[0]) for c in clients]

@@ -41,7 +41,7 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
     let table = r#"{"version": 5, "apps": [
         {"name": "ssh", "match": {"proto": "tcp", "remote_ports": "22"}, "rate_up_kbps": 1000},
         {"name": "voip", "match": {"proto": "udp", "dscp": 46}, "colour": "green"}]}"#;
-    // No token, a wrong one, a different scheme: 401, nothing changes.
+    // No token or a wrong one: 401, nothing changes.
     for bad in [None, Some("not-the-token")] {
         let (status, body) = put(&tb, bad, table);
         assert_eq!(status, 401, "{body}");

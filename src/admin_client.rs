@@ -82,9 +82,14 @@ impl AdminClient {
         }
         let sites: serde_json::Value = serde_json::from_str(&body)?;
         match sites["sites"].as_array().map(Vec::as_slice) {
-            Some([one]) => Ok(one.as_str().unwrap_or_default().to_string()),
-            Some(many) => bail!("the gateway serves {} sites: pass --site", many.len()),
-            None => bail!("GET /v1/sites: unexpected answer {body}"),
+            Some([one]) => match one.as_str() {
+                Some(site) => Ok(site.to_string()),
+                None => bail!("GET /v1/sites: unexpected answer {body}"),
+            },
+            Some(many) if many.len() > 1 => {
+                bail!("the gateway serves {} sites: pass --site", many.len())
+            }
+            _ => bail!("GET /v1/sites: unexpected answer {body}"),
         }
     }
 }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
-use crate::core::apps::{AppIdx, Direction};
+use crate::core::apps::AppIdx;
 use crate::core::engine::{Admitted, DataPath, SiteIdx, TunVerdict};
 use crate::core::lane::{Colour, LaneId, LaneStatus};
 use crate::core::pacer::Enqueued;
@@ -333,17 +333,14 @@ impl Driver {
                         if delivery.reordered {
                             self.reordered[delivery.site.0 as usize].inc();
                         }
-                        let incoming = match self.pacing.direction() {
-                            Direction::Up => Direction::Down,
-                            Direction::Down => Direction::Up,
-                        };
-                        let app =
-                            self.pacing
-                                .classify(delivery.site, &delivery.info, incoming, now);
-                        self.app_stats
-                            .carried(delivery.site, app, incoming, delivery.info.len);
                         match self.tun.write(&datagram[delivery.offset..]) {
-                            Ok(_) => {}
+                            Ok(_) => {
+                                // Measured only: the other side paced this direction.
+                                let incoming = self.pacing.direction().reverse();
+                                let (site, info) = (delivery.site, &delivery.info);
+                                let app = self.pacing.classify(site, info, incoming, now);
+                                self.app_stats.carried(site, app, incoming, info.len);
+                            }
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                                 self.count_drop(DropReason::QueueFull, "the TUN device is full");
                             }

@@ -61,10 +61,10 @@ pub fn load_state(path: &Path, sites: &[String]) -> anyhow::Result<Tables> {
     Ok(tables)
 }
 
-/// Writes the state file so that a crash at any moment leaves either the old or the
-/// new file, whole.
-pub fn save_state(path: &Path, tables: &Tables) -> anyhow::Result<()> {
-    let json = serde_json::to_vec_pretty(tables)?;
+/// Writes `bytes` to a temporary file beside `path`, syncs it, renames it over
+/// `path` and syncs the directory (created if missing): a crash at any moment leaves
+/// the old file or the new one, whole.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -75,7 +75,7 @@ pub fn save_state(path: &Path, tables: &Tables) -> anyhow::Result<()> {
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(dir)?.sync_all()
@@ -155,26 +155,48 @@ impl PacingControl {
         if table.version < current {
             return Err(PutError::Stale { current });
         }
-        let mut next = tables.clone();
-        next.insert(site.to_string(), table.clone());
-        if let Some(path) = self.state_file.clone() {
-            let to_save = next.clone();
-            tokio::task::spawn_blocking(move || save_state(&path, &to_save))
-                .await
-                .map_err(|e| PutError::Failed(e.to_string()))?
-                .map_err(|e| PutError::Failed(format!("{e:#}")))?;
+        let previous = tables.insert(site.to_string(), table.clone());
+        let mut persisted = false;
+        let outcome = async {
+            self.persist(&tables).await?;
+            persisted = true;
+            let (done, applied) = oneshot::channel();
+            let command = PacingCommand::Apply {
+                site: idx,
+                table,
+                done,
+            };
+            if self.commands.send(command).await.is_err() || applied.await.is_err() {
+                return Err(PutError::Failed("the data path is stopping".into()));
+            }
+            Ok(())
         }
-        let (done, applied) = oneshot::channel();
-        let command = PacingCommand::Apply {
-            site: idx,
-            table,
-            done,
+        .await;
+        if outcome.is_err() {
+            // The previous table stays in force: in memory, and on disk if the new
+            // one was already written there.
+            match previous {
+                Some(old) => tables.insert(site.to_string(), old),
+                None => tables.remove(site),
+            };
+            if persisted && let Err(e) = self.persist(&tables).await {
+                tracing::error!(error = ?e, "restoring the pacing state file");
+            }
+        }
+        outcome
+    }
+
+    /// Writes every site's table to the state file, if there is one.
+    async fn persist(&self, tables: &Tables) -> Result<(), PutError> {
+        let Some(path) = self.state_file.clone() else {
+            return Ok(());
         };
-        if self.commands.send(command).await.is_err() || applied.await.is_err() {
-            return Err(PutError::Failed("the data path is stopping".into()));
-        }
-        *tables = next;
-        Ok(())
+        let json =
+            serde_json::to_vec_pretty(tables).map_err(|e| PutError::Failed(e.to_string()))?;
+        tokio::task::spawn_blocking(move || write_atomically(&path, &json))
+            .await
+            .map_err(|e| PutError::Failed(e.to_string()))?
+            .map_err(|e| PutError::Failed(format!("{e:#}")))
     }
 
     /// The last per-application report of a site.
@@ -208,30 +230,15 @@ pub struct AppReport {
     pub drops: u64,
 }
 
-/// Byte and drop counts of one application, both directions.
+/// One application's metrics, which are also its byte and drop counts.
 struct AppCounter {
     name: String,
-    bytes: [u64; 2],
-    bytes_at_sample: [u64; 2],
-    rate_bps: [u64; 2],
-    drops: u64,
-    /// Metrics in the paced direction, and the byte counter of the other.
+    /// In the paced direction: target, bytes, queue, drops.
     paced: AppMetrics,
+    /// Bytes in the other direction.
     other_bytes: prometheus::IntCounter,
-}
-
-fn dir_index(d: Direction) -> usize {
-    match d {
-        Direction::Up => 0,
-        Direction::Down => 1,
-    }
-}
-
-fn other(d: Direction) -> Direction {
-    match d {
-        Direction::Up => Direction::Down,
-        Direction::Down => Direction::Up,
-    }
+    /// (paced, other) bytes at the last sample, for the rates.
+    bytes_at_sample: [u64; 2],
 }
 
 /// The driver's per-application accounting.
@@ -276,18 +283,21 @@ impl AppStats {
                 .into_iter()
                 .map(|c| (c.name.clone(), c))
                 .collect();
-        let (paced, other_dir) = (self.direction.as_str(), other(self.direction).as_str());
+        let (paced, other_dir) = (self.direction.as_str(), self.direction.reverse().as_str());
         let counters = (0..pacing.apps(site))
             .map(|i| {
                 let name = table.name(AppIdx(i as u32));
-                old.remove(name).unwrap_or_else(|| AppCounter {
-                    name: name.to_string(),
-                    bytes: [0; 2],
-                    bytes_at_sample: [0; 2],
-                    rate_bps: [0; 2],
-                    drops: 0,
-                    paced: self.metrics.app(site_id, name, paced),
-                    other_bytes: self.metrics.app(site_id, name, other_dir).tx_bytes,
+                old.remove(name).unwrap_or_else(|| {
+                    let (paced, other_bytes) = (
+                        self.metrics.app(site_id, name, paced),
+                        self.metrics.app(site_id, name, other_dir).tx_bytes,
+                    );
+                    AppCounter {
+                        name: name.to_string(),
+                        bytes_at_sample: [paced.tx_bytes.get(), other_bytes.get()],
+                        paced,
+                        other_bytes,
+                    }
                 })
             })
             .collect();
@@ -307,22 +317,20 @@ impl AppStats {
     }
 
     /// Counts a packet of an application going `direction`.
-    pub fn carried(&mut self, site: SiteIdx, app: AppIdx, direction: Direction, len: usize) {
-        let Some(c) = self.counters[site.0 as usize].get_mut(app.0 as usize) else {
-            return;
-        };
-        c.bytes[dir_index(direction)] += len as u64;
-        if direction == self.direction {
-            c.paced.tx_bytes.inc_by(len as u64);
-        } else {
-            c.other_bytes.inc_by(len as u64);
+    pub fn carried(&self, site: SiteIdx, app: AppIdx, direction: Direction, len: usize) {
+        if let Some(c) = self.counters[site.0 as usize].get(app.0 as usize) {
+            let bytes = if direction == self.direction {
+                &c.paced.tx_bytes
+            } else {
+                &c.other_bytes
+            };
+            bytes.inc_by(len as u64);
         }
     }
 
     /// Counts a packet its application's full queue refused.
-    pub fn dropped(&mut self, site: SiteIdx, app: AppIdx) {
-        if let Some(c) = self.counters[site.0 as usize].get_mut(app.0 as usize) {
-            c.drops += 1;
+    pub fn dropped(&self, site: SiteIdx, app: AppIdx) {
+        if let Some(c) = self.counters[site.0 as usize].get(app.0 as usize) {
             c.paced.drops.inc();
         }
     }
@@ -338,15 +346,20 @@ impl AppStats {
             let mut apps = Vec::with_capacity(counters.len());
             for (i, c) in counters.iter_mut().enumerate() {
                 let app = AppIdx(i as u32);
-                for d in 0..2 {
-                    let delta = c.bytes[d] - c.bytes_at_sample[d];
-                    c.bytes_at_sample[d] = c.bytes[d];
-                    c.rate_bps[d] = if secs > 0.0 {
+                let bytes = [c.paced.tx_bytes.get(), c.other_bytes.get()];
+                let [paced_bps, other_bps] = [0, 1].map(|d| {
+                    let delta = bytes[d].saturating_sub(c.bytes_at_sample[d]);
+                    if secs > 0.0 {
                         (delta as f64 * 8.0 / secs) as u64
                     } else {
                         0
-                    };
-                }
+                    }
+                });
+                c.bytes_at_sample = bytes;
+                let (rate_up_bps, rate_down_bps) = match self.direction {
+                    Direction::Up => (paced_bps, other_bps),
+                    Direction::Down => (other_bps, paced_bps),
+                };
                 let queue = pacing.queued_bytes(site, app);
                 c.paced
                     .queue_bytes
@@ -355,10 +368,10 @@ impl AppStats {
                     name: c.name.clone(),
                     flows: pacing.flows(site, app),
                     target_bps: pacing.target_bps(site, app),
-                    rate_up_bps: c.rate_bps[0],
-                    rate_down_bps: c.rate_bps[1],
+                    rate_up_bps,
+                    rate_down_bps,
                     queue_bytes: queue,
-                    drops: c.drops,
+                    drops: c.paced.drops.get(),
                 });
             }
             reports.push(SiteReport {
@@ -376,11 +389,22 @@ impl AppStats {
 mod tests {
     use super::*;
 
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("braid-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn table(version: u64) -> PacingTable {
+        let json =
+            format!(r#"{{"version": {version}, "apps": [{{"name": "a", "rate_up_kbps": 10}}]}}"#);
+        PacingTable::parse(json.as_bytes()).expect("valid")
+    }
+
     #[test]
     fn the_state_file_round_trips_and_is_replaced_whole() {
-        let dir = std::env::temp_dir().join(format!("braid-state-{}", std::process::id()));
+        let dir = temp_dir("state");
         let path = dir.join("state").join("pacing.json"); // the directory is created
-        let _ = std::fs::remove_dir_all(&dir);
         let sites = vec!["site1".to_string()];
         assert!(
             load_state(&path, &sites)
@@ -388,14 +412,12 @@ mod tests {
                 .is_empty()
         );
         let mut tables = Tables::new();
-        let table =
-            PacingTable::parse(br#"{"version": 4, "apps": [{"name": "a", "rate_up_kbps": 10}]}"#)
-                .expect("valid");
-        tables.insert("site1".into(), table.clone());
-        tables.insert("gone".into(), table.clone());
-        save_state(&path, &tables).expect("save");
+        tables.insert("site1".into(), table(4));
+        tables.insert("gone".into(), table(4));
+        let json = serde_json::to_vec_pretty(&tables).expect("serialise");
+        write_atomically(&path, &json).expect("save");
         let loaded = load_state(&path, &sites).expect("load");
-        assert_eq!(loaded.get("site1"), Some(&table));
+        assert_eq!(loaded.get("site1"), Some(&table(4)));
         assert!(!loaded.contains_key("gone"), "sites not served are ignored");
         assert!(!dir.join("state").join("pacing.json.tmp").exists());
         std::fs::write(&path, b"{\"site1\": {\"version\": \"x\"}}").expect("write");
@@ -404,6 +426,47 @@ mod tests {
             format!("{e:#}").contains("site site1: version: invalid type"),
             "{e:#}"
         );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[tokio::test]
+    async fn a_table_the_data_path_did_not_take_leaves_the_previous_one_everywhere() {
+        let dir = temp_dir("put");
+        let path = dir.join("pacing.json");
+        let sites = vec!["site1".to_string()];
+        let (commands, mut driver) = mpsc::channel(1);
+        let control = PacingControl::new(
+            sites.clone(),
+            Tables::new(),
+            Some(path.clone()),
+            commands,
+            Arc::default(),
+        );
+        // A data path that applies one table, then stops.
+        let applier = tokio::spawn(async move {
+            if let Some(PacingCommand::Apply { done, .. }) = driver.recv().await {
+                let _ = done.send(());
+            }
+        });
+        control.put("site1", table(3)).await.expect("taken");
+        applier.await.expect("applier");
+        assert!(matches!(
+            control.put("site1", table(2)).await,
+            Err(PutError::Stale { current: 3 })
+        ));
+        assert!(matches!(
+            control.put("site9", table(9)).await,
+            Err(PutError::UnknownSite)
+        ));
+        // The data path is gone: version 4 is refused, and version 3 stays in memory
+        // and in the state file (which had already been written with version 4).
+        assert!(matches!(
+            control.put("site1", table(4)).await,
+            Err(PutError::Failed(_))
+        ));
+        assert_eq!(control.get("site1").await.map(|t| t.version), Some(3));
+        let on_disk = load_state(&path, &sites).expect("load");
+        assert_eq!(on_disk.get("site1").map(|t| t.version), Some(3));
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -41,6 +41,14 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// The other way.
+    pub fn reverse(self) -> Direction {
+        match self {
+            Direction::Up => Direction::Down,
+            Direction::Down => Direction::Up,
+        }
+    }
+
     /// The `direction` label of the application metrics.
     pub fn as_str(self) -> &'static str {
         match self {

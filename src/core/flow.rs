@@ -64,14 +64,27 @@ impl<V: Copy> FlowTable<V> {
             value,
             last_used: now,
         };
-        // Removing and re-inserting moves the entry to the back (most recent).
-        let evicted = if self.map.remove(&flow).is_none() && self.map.len() >= self.max_flows {
+        // A known flow is updated in place and moved to the back (most recent): one
+        // lookup and no allocation, which is what nearly every packet takes.
+        if let Some(known) = self.map.to_back(&flow) {
+            *known = entry;
+            return None;
+        }
+        let evicted = if self.map.len() >= self.max_flows {
             self.map.pop_front().map(|(_, e)| e.value)
         } else {
             None
         };
         self.map.insert(flow, entry);
         evicted
+    }
+
+    /// Marks a known flow used at `now` and returns its value; `None` for a flow
+    /// without an entry (nothing is recorded then).
+    pub fn refresh(&mut self, flow: FlowKey, now: Instant) -> Option<V> {
+        let known = self.map.to_back(&flow)?;
+        known.last_used = now;
+        Some(known.value)
     }
 
     pub fn len(&self) -> usize {
@@ -126,6 +139,11 @@ mod tests {
             })
         );
         assert_eq!(t.len(), 2);
+        // A refresh renews without changing the value; an unknown flow stays unknown.
+        assert_eq!(t.refresh(FlowKey(3), Instant::from_nanos(5)), Some(3));
+        assert_eq!(t.refresh(FlowKey(9), Instant::from_nanos(5)), None);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.record(FlowKey(4), 4, Instant::from_nanos(6)), Some(11)); // flow 1 is now the least recent
     }
 
     proptest! {

@@ -96,18 +96,8 @@ impl<T> Slot<T> {
     /// The earliest departure a queue that was idle may claim at `now`: it may have
     /// saved up the burst (and the catch-up allowance), no more.
     fn credit_floor(&self, now: u64) -> u64 {
-        let credit = send_time(self.spec.burst_bytes, self.spec.rate_bps)
-            + send_time_at(CATCH_UP, self.spec.rate_bps);
-        now.saturating_sub(credit)
-    }
-}
-
-/// The nanoseconds of `d` when the queue is paced, 0 when not.
-fn send_time_at(d: Duration, rate_bps: u64) -> u64 {
-    if rate_bps == 0 {
-        0
-    } else {
-        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+        let catch_up = u64::try_from(CATCH_UP.as_nanos()).unwrap_or(u64::MAX);
+        now.saturating_sub(send_time(self.spec.burst_bytes, self.spec.rate_bps) + catch_up)
     }
 }
 

@@ -25,12 +25,20 @@ pub fn default_queue_limit(rate_bps: u64) -> u64 {
     (rate_bps / 8 / 10).max(16 * 1024)
 }
 
+/// A flow's application, as the per-flow cache keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Classified {
+    app: AppIdx,
+    /// The flow travels in the paced direction and counts among its application's.
+    counted: bool,
+}
+
 struct SiteApps {
     table: PacingTable,
     classifier: Classifier,
     /// Flow (with its DSCP and direction) -> application: each flow scans the table
     /// once.
-    cache: FlowTable<AppIdx>,
+    cache: FlowTable<Classified>,
     /// Flows of each application (by `AppIdx`) in the paced direction, among the
     /// cache's entries.
     flows: Vec<u64>,
@@ -173,38 +181,20 @@ impl<T> AppPacing<T> {
         direction: Direction,
         now: Instant,
     ) -> AppIdx {
-        let paced = direction == self.direction;
         let s = &mut self.sites[site.0 as usize];
         let flows = &mut s.flows;
-        let mut forget = |app: AppIdx| {
-            if let Some(n) = flows.get_mut(app.0 as usize) {
-                *n = n.saturating_sub(1);
-            }
-        };
-        // Only flows of the paced direction are counted; the others carry the
-        // sentinel of an impossible application and are never counted.
-        s.cache.expire(now, |app: AppIdx| {
-            if app.0 & OTHER_DIRECTION == 0 {
-                forget(app);
-            }
-        });
+        s.cache.expire(now, |gone| uncount(flows, gone));
         let key = cache_key(info, direction);
-        if let Some(entry) = s.cache.get(key) {
-            s.cache.record(key, entry.value, now);
-            return AppIdx(entry.value.0 & !OTHER_DIRECTION);
+        if let Some(known) = s.cache.refresh(key, now) {
+            return known.app;
         }
         let app = s.classifier.classify(info, direction);
-        let stored = if paced {
+        let counted = direction == self.direction;
+        if counted {
             s.flows[app.0 as usize] += 1;
-            app
-        } else {
-            AppIdx(app.0 | OTHER_DIRECTION)
-        };
-        if let Some(evicted) = s.cache.record(key, stored, now)
-            && evicted.0 & OTHER_DIRECTION == 0
-            && let Some(n) = s.flows.get_mut(evicted.0 as usize)
-        {
-            *n = n.saturating_sub(1);
+        }
+        if let Some(evicted) = s.cache.record(key, Classified { app, counted }, now) {
+            uncount(&mut s.flows, evicted);
         }
         app
     }
@@ -260,9 +250,13 @@ impl<T> AppPacing<T> {
     }
 }
 
-/// Marks cache entries of the direction that is not paced (an `AppIdx` never gets
-/// this high: tables hold at most `MAX_APPS` applications).
-const OTHER_DIRECTION: u32 = 1 << 31;
+/// A flow left the cache: it no longer counts for its application. (Counts and cache
+/// are replaced together with the table, so a counted entry always has its count.)
+fn uncount(flows: &mut [u64], gone: Classified) {
+    if gone.counted {
+        flows[gone.app.0 as usize] -= 1;
+    }
+}
 
 /// The cache key of a packet: its flow, its DSCP (a rule may match on it) and its
 /// direction.
@@ -383,12 +377,13 @@ mod tests {
 
     #[test]
     fn a_new_table_keeps_the_queues_of_applications_that_stay() {
-        let mut p = pacing();
         let site = SiteIdx(0);
-        let first = r#"{"version": 1, "apps": [
-            {"name": "a", "match": {"remote_ports": "1"}, "rate_up_kbps": 8},
-            {"name": "b", "match": {"remote_ports": "2"}, "rate_up_kbps": 8}]}"#;
-        p.apply(site, table(first), Instant::ZERO, |_| {});
+        let mut p = with_table(
+            site,
+            r#"{"version": 1, "apps": [
+                {"name": "a", "match": {"remote_ports": "1"}, "rate_up_kbps": 8},
+                {"name": "b", "match": {"remote_ports": "2"}, "rate_up_kbps": 8}]}"#,
+        );
         for (port, app) in [(1, AppIdx(1)), (2, AppIdx(2))] {
             let pkt = info("198.18.1.2", 5, "203.0.113.1", port);
             assert_eq!(p.classify(site, &pkt, Direction::Up, Instant::ZERO), app);

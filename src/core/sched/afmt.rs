@@ -225,25 +225,25 @@ mod tests {
         );
     }
 
-    /// Lanes 0 (fast, 10 ms) and 1 (slow, 50 ms), and `flows` started on lane 0 while
-    /// lane 1 was down; afterwards both lanes are up and empty.
-    fn flows_on_the_fast_lane(s: &mut Afmt, flows: &[u64]) -> [LaneView; 2] {
+    /// Lanes 0 (fast, 10 ms) and 1 (slow, 50 ms), and `flows` started on lane `on`
+    /// while the other was down; afterwards both lanes are up and empty.
+    fn flows_started_on(s: &mut Afmt, on: usize, flows: &[u64]) -> [LaneView; 2] {
         let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
-        lanes[1].up = false;
+        lanes[1 - on].up = false;
         for &f in flows {
             assert_eq!(
                 s.pick(FlowKey(f), 1000, &lanes, at(0)).expect("pick").lane,
-                0
+                on
             );
         }
-        lanes[1].up = true;
+        lanes[1 - on].up = true;
         lanes
     }
 
     #[test]
     fn a_known_flow_keeps_its_lane_unless_another_cannot_reorder() {
         let mut s = afmt();
-        let mut lanes = flows_on_the_fast_lane(&mut s, &[7, 8]);
+        let mut lanes = flows_started_on(&mut s, 0, &[7, 8]);
         // Lane 0 keeps up (fill at most half the cwnd): its flows stay.
         lanes[0].fill = 5000;
         let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn a_backed_up_lane_sheds_flows_only_to_lanes_with_two_busy_flows_fewer() {
         let mut s = afmt();
-        let mut lanes = flows_on_the_fast_lane(&mut s, &[7, 8, 9]);
+        let mut lanes = flows_started_on(&mut s, 0, &[7, 8, 9]);
         lanes[0].fill = 20_000;
         assert_eq!(
             s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick").lane,
@@ -300,15 +300,7 @@ mod tests {
         // move can avoid overtaking (10 ms + 1 ms is not above 50 + 2 + 50/8 ms), but
         // left alone the fast lane would stay empty for good. One flow moves.
         let mut s = afmt();
-        let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
-        lanes[0].up = false;
-        for f in [7, 8] {
-            assert_eq!(
-                s.pick(FlowKey(f), 1000, &lanes, at(0)).expect("pick").lane,
-                1
-            );
-        }
-        lanes[0].up = true;
+        let mut lanes = flows_started_on(&mut s, 1, &[7, 8]);
         lanes[1].fill = 4000;
         let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane, "lane 1 keeps up");

@@ -1,0 +1,29 @@
+"""What the benchmark scripts share: running commands, in a testbed's namespaces, and
+reading a gateway's metrics there."""
+import subprocess
+
+METRICS_URL = "http://127.0.0.1:9190/metrics"
+
+
+def sh(*args, env=None, check=True):
+    """Runs a command and returns its stdout; a failure raises with its output."""
+    r = subprocess.run(args, env=env, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def inns(testbed, role, *args):
+    """The command line that runs `args` in the namespace of `role` in `testbed`."""
+    return ["ip", "netns", "exec", f"{testbed}-{role}", *args]
+
+
+def metrics_text(testbed, role):
+    """A gateway's /metrics, read inside its namespace."""
+    return sh(*inns(testbed, role, "python3", "-c",
+                    f"import urllib.request;print(urllib.request.urlopen('{METRICS_URL}').read().decode())"))
+
+
+def metric_sum(text, sample):
+    """The sum of the samples of a /metrics text whose lines start with `sample`."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample))
