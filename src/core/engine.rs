@@ -18,7 +18,7 @@ use ipnet::IpNet;
 use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneStatus, LaneView};
-use super::packet::{PROTO_TCP, PacketInfo};
+use super::packet::PacketInfo;
 use super::route::PrefixMap;
 use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::stats::DropReason;
@@ -263,9 +263,7 @@ impl DataPath {
                 None => return Err(TunVerdict::Drop(DropReason::NoSite)),
             },
         };
-        if info.proto == PROTO_TCP {
-            info.clamp_tcp_mss(buf, self.max_mss(site, info.is_ipv6()));
-        }
+        info.clamp_tcp_mss(buf, || self.max_mss(site, info.is_ipv6()));
         Ok(Admitted { site, info })
     }
 

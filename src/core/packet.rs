@@ -135,9 +135,9 @@ impl PacketInfo {
     }
 
     /// Lowers the MSS option of a TCP SYN in `buf` (the packet this info was parsed
-    /// from) to at most `max_mss`, fixing the TCP checksum incrementally (RFC 1624).
-    /// Returns true if the packet was changed.
-    pub fn clamp_tcp_mss(&self, buf: &mut [u8], max_mss: u16) -> bool {
+    /// from) to at most `max_mss()`, fixing the TCP checksum incrementally (RFC 1624).
+    /// `max_mss` is asked only for SYNs. Returns true if the packet was changed.
+    pub fn clamp_tcp_mss(&self, buf: &mut [u8], max_mss: impl FnOnce() -> u16) -> bool {
         const SYN: u8 = 0x02;
         if self.proto != PROTO_TCP {
             return false;
@@ -155,6 +155,7 @@ impl PacketInfo {
         if data_offset < 20 || data_offset > tcp.len() {
             return false;
         }
+        let max_mss = max_mss();
         let mut i = 20;
         while i < data_offset {
             match tcp[i] {
@@ -336,7 +337,7 @@ pub(crate) mod tests {
     fn mss_clamp_lowers_large_mss_and_keeps_checksum_valid() {
         let mut pkt = tcp_syn_v4(1460);
         let info = PacketInfo::parse(&pkt).expect("valid");
-        assert!(info.clamp_tcp_mss(&mut pkt, 1380));
+        assert!(info.clamp_tcp_mss(&mut pkt, || 1380));
         let tcp = etherparse::TcpSlice::from_slice(&pkt[20..]).expect("tcp");
         let mss = tcp.options_iterator().find_map(|o| match o {
             Ok(etherparse::TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
@@ -351,11 +352,11 @@ pub(crate) mod tests {
         let mut pkt = tcp_syn_v4(1200);
         let before = pkt.clone();
         let info = PacketInfo::parse(&pkt).expect("valid");
-        assert!(!info.clamp_tcp_mss(&mut pkt, 1380));
+        assert!(!info.clamp_tcp_mss(&mut pkt, || 1380));
         assert_eq!(pkt, before);
         let mut udp = udp_v6(40);
         let info = PacketInfo::parse(&udp).expect("valid");
-        assert!(!info.clamp_tcp_mss(&mut udp, 100));
+        assert!(!info.clamp_tcp_mss(&mut udp, || 100));
     }
 
     #[test]
