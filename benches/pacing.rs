@@ -8,10 +8,11 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use braid::core::apps::{AppIdx, Classifier, Direction, PacingTable};
+use braid::core::app_pacing::AppPacing;
+use braid::core::classify::Classifier;
 use braid::core::engine::SiteIdx;
 use braid::core::pacer::Enqueued;
-use braid::core::pacing::AppPacing;
+use braid::core::pacing_table::{AppIdx, Direction, PacingTable};
 use braid::core::packet::PacketInfo;
 use braid::core::time::Instant;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};

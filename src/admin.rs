@@ -22,9 +22,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::core::apps::PacingTable;
+use crate::core::pacing_table::PacingTable;
 use crate::metrics::Metrics;
-use crate::pacing::{PacingControl, PutError};
+use crate::pacing_control::{PacingControl, PutError};
 
 /// The largest request body taken: a table of 10,000 applications is about 2 MB.
 pub const MAX_BODY: usize = 16 << 20;

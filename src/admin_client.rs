@@ -119,7 +119,7 @@ pub fn put(
 ) -> anyhow::Result<()> {
     let table = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     // Checked here too, so that a typo is reported before anything is sent.
-    crate::core::apps::PacingTable::parse(&table)
+    crate::core::pacing_table::PacingTable::parse(&table)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let token = token(token_file.as_deref())?;
     if token.is_none() {

@@ -13,18 +13,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::admin::{self, Admin};
+use crate::app_stats::AppStats;
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{Config, RoleConfig};
-use crate::core::apps::Direction;
-use crate::core::engine::{DataPath, EngineConfig, Role, SiteIdx, SiteSpec};
+use crate::core::engine::{
+    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, SiteIdx, SiteSpec,
+};
 use crate::core::lane::Colour;
-use crate::core::pacing::AppPacing;
 use crate::core::time::Instant;
 use crate::driver::{Driver, DriverParts};
 use crate::lane::{self, client::Dialer};
 use crate::metrics::Metrics;
-use crate::pacing::{self, AppStats, PacingControl};
+use crate::pacing_control::{self, PacingControl};
 use crate::tun::Tun;
 
 /// How long lanes get to close after the data path stopped.
@@ -39,9 +40,9 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     };
     // The controller's last tables: a restart must not lose them.
     let tables = match &config.pacing.state_file {
-        Some(path) => pacing::load_state(path, &site_ids)
+        Some(path) => pacing_control::load_state(path, &site_ids)
             .map_err(|e| anyhow::anyhow!("pacing.state_file: {e:#}"))?,
-        None => pacing::Tables::new(),
+        None => pacing_control::Tables::new(),
     };
     let token = config
         .admin
@@ -96,28 +97,20 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    let engine = DataPath::new(EngineConfig {
+    let mut engine = DataPath::new(EngineConfig {
         role,
         sites,
         tun_mtu: config.tun.mtu as usize,
         algorithm: config.scheduler.algorithm,
         flow_idle_timeout: config.scheduler.flow_idle_timeout,
         max_flows: config.scheduler.max_flows,
+        default_rate_kbps: Some(config.pacing.default_rate_kbps),
+        lane_stall: LANE_STALL,
+        lane_queue_limit: LANE_QUEUE_LIMIT,
     });
-    let direction = match role {
-        Role::Entry => Direction::Up,
-        Role::Exit => Direction::Down,
-    };
-    let mut app_pacing = AppPacing::new(
-        site_ids.len(),
-        direction,
-        Some(config.pacing.default_rate_kbps),
-        config.scheduler.flow_idle_timeout,
-        config.scheduler.max_flows,
-    );
     for (site, table) in &tables {
         if let Some(i) = site_ids.iter().position(|s| s == site) {
-            app_pacing.apply(SiteIdx(i as u32), table.clone(), Instant::ZERO, |_| {});
+            engine.handle_pacing_table(SiteIdx(i as u32), table.clone(), Instant::ZERO);
             info!(
                 site,
                 version = table.version,
@@ -127,12 +120,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         }
     }
     let report = Arc::new(Mutex::new(Vec::new()));
-    let app_stats = AppStats::new(
-        metrics.clone(),
-        site_ids.clone(),
-        &app_pacing,
-        report.clone(),
-    );
+    let app_stats = AppStats::new(metrics.clone(), &engine, report.clone());
     let (commands_tx, commands_rx) = mpsc::channel(16);
     let control = PacingControl::new(
         site_ids,
@@ -153,7 +141,6 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     ));
     let driver = Driver::new(DriverParts {
         engine,
-        pacing: app_pacing,
         app_stats,
         metrics,
         clock,

@@ -1,16 +1,14 @@
-//! The event loop that owns the data path: reads the clock once per wake-up, feeds
-//! TUN packets and lane datagrams to the engine in batches, and carries out its
-//! verdicts (queue a datagram on a lane, write a packet to the TUN device, count a drop).
+//! The event loop around the data path: it reads the TUN device and the lanes in
+//! batches, hands what it read to the engine with the instant of the wake-up, carries
+//! out what the engine decided (datagrams onto lanes, packets onto the TUN device,
+//! lanes to close) and sleeps until the engine's next deadline. It decides nothing
+//! about a packet, a flow or a lane: that is [`DataPath`]'s.
 //!
-//! Packets read from the TUN device pass their application's pacer queue (one calendar
-//! for all, one timer here) before the scheduler picks their lane.
-//!
-//! Each lane has a send task (braid's own queue -> `send_datagram_wait`, so quinn never
+//! Each lane has a send task (the lane's queue -> `send_datagram_wait`, so quinn never
 //! silently discards datagrams) and a receive task (datagrams -> this loop). A lane is
 //! forgotten only when its receive task says it is closed: that is the lane's last
 //! message, so its id can be reused without mixing two lanes' datagrams.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,62 +16,35 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
+use crate::app_stats::AppStats;
 use crate::clock::Clock;
-use crate::core::apps::AppIdx;
-use crate::core::engine::{Admitted, DataPath, SiteIdx, TunVerdict};
-use crate::core::lane::{Colour, LaneId, LaneStatus};
-use crate::core::pacer::Enqueued;
-use crate::core::pacing::AppPacing;
-use crate::core::packet::PacketInfo;
+use crate::core::engine::{DataPath, LaneCounters, LaneUp, SiteIdx};
+use crate::core::lane::{LaneId, LaneSample};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, write_datagram_header};
+use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
 use crate::metrics::{LaneMetrics, Metrics};
-use crate::pacing::{AppStats, PacingCommand};
+use crate::pacing_control::PacingCommand;
 use crate::tun::Tun;
 use prometheus::IntCounter;
 
-/// Packets handled per wake-up before the loop looks at its other inputs again.
+/// Packets read per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
-/// Bytes a lane may have queued inside braid before packets for it are dropped.
-const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
-/// Datagrams a lane's send queue holds at most (the byte limit usually binds first).
-const LANE_QUEUE_PACKETS: usize = 4096;
-/// Lane snapshots are refreshed from quinn at most this often.
-const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
-/// The status of a lane that is no longer used.
-const LANE_GONE: LaneStatus = LaneStatus {
-    up: false,
-    srtt: Duration::ZERO,
-    cwnd: 0,
-    fill: 0,
-    max_datagram: 0,
-};
-/// Lane snapshots are refreshed at least this often, traffic or not.
-const IDLE_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
-/// A lane that received nothing for this long is not scheduled: both ends send at
-/// least a keep-alive every 100 ms, so silence means the path is broken, long before
-/// QUIC's idle timeout closes the connection.
-const LANE_STALL: Duration = Duration::from_millis(400);
+/// How often the engine's counters are copied into the Prometheus metrics.
+const METRICS_INTERVAL: Duration = Duration::from_millis(100);
+/// How often per-application rates are measured for `GET /v1/sites/{site}/apps`.
+const APP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often per-application rates are measured and reported.
-const APP_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// A packet waiting in its application's pacer queue, already a datagram but for the
-/// header.
-pub struct Paced {
-    info: PacketInfo,
-    datagram: BytesMut,
-}
-
-/// State of a lane shared between the driver and the lane's tasks.
-struct LaneShared {
-    /// Bytes handed to the lane's send task and not yet accepted by quinn.
-    queued: AtomicU64,
-    metrics: LaneMetrics,
+/// What a lane's send task has done, for the engine's samples.
+#[derive(Default)]
+struct SendProgress {
+    /// Bytes that left the lane's queue (accepted by quinn, or discarded with the lane).
+    dequeued_bytes: AtomicU64,
+    sent_packets: AtomicU64,
+    sent_bytes: AtomicU64,
 }
 
 /// What lane receive tasks send to the driver.
@@ -84,23 +55,50 @@ enum LaneInput {
 
 struct LaneIo {
     conn: quinn::Connection,
-    queue: mpsc::Sender<Bytes>,
-    shared: Arc<LaneShared>,
-    key: LaneKey,
-    /// quinn's lost-packet count at the last refresh, to feed the metric its growth.
-    lost_seen: u64,
-    /// UDP datagrams quinn had received at the last refresh, and when that count last
-    /// grew: the lane's liveness.
-    rx_seen: u64,
-    rx_progress_at: Instant,
+    queue: mpsc::UnboundedSender<Bytes>,
+    progress: Arc<SendProgress>,
+    metrics: LaneMetrics,
+    /// The engine's counters as last copied into `metrics`.
+    exported: LaneCounters,
+    /// Replaced by a newer lane of its uplink, which owns the `uplink_up` gauge.
+    replaced: bool,
 }
 
-/// A site's lane over one uplink in one colour: at most one is live at a time.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct LaneKey {
-    site: SiteIdx,
-    uplink: String,
-    colour: Colour,
+impl LaneIo {
+    /// Reads the lane's state from quinn (each accessor takes quinn's connection lock).
+    fn sample(&self) -> LaneSample {
+        let stats = self.conn.stats();
+        let p = &self.progress;
+        LaneSample {
+            srtt: stats.path.rtt,
+            cwnd: stats.path.cwnd,
+            max_datagram: self
+                .conn
+                .max_datagram_size()
+                .map_or(0, |m| m.saturating_sub(DATAGRAM_HEADER_LEN)),
+            closed: self.conn.close_reason().is_some(),
+            rx_datagrams: stats.udp_rx.datagrams,
+            lost_packets: stats.path.lost_packets,
+            quinn_queued_bytes: QUINN_DATAGRAM_SEND_BUFFER
+                .saturating_sub(self.conn.datagram_send_buffer_space())
+                as u64,
+            dequeued_bytes: p.dequeued_bytes.load(Ordering::Relaxed),
+            sent_packets: p.sent_packets.load(Ordering::Relaxed),
+            sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Why the loop woke up.
+enum Wake<G> {
+    Stop,
+    Timeout,
+    Metrics,
+    AppReport,
+    Command(PacingCommand),
+    Lane(LaneEvent),
+    Input(LaneInput),
+    Tun(std::io::Result<G>),
 }
 
 pub struct Driver {
@@ -109,26 +107,24 @@ pub struct Driver {
     clock: Clock,
     tun: Arc<Tun>,
     tun_mtu: usize,
+    /// By `LaneId`.
     lanes: Vec<Option<LaneIo>>,
-    live: HashMap<LaneKey, LaneId>,
     events: mpsc::Receiver<LaneEvent>,
     input_tx: mpsc::Sender<LaneInput>,
     input_rx: mpsc::Receiver<LaneInput>,
     rx_buf: BytesMut,
-    last_refresh: Instant,
-    /// Reordering counters by site index.
-    reordered: Vec<IntCounter>,
-    pacing: AppPacing<Paced>,
     app_stats: AppStats,
     commands: mpsc::Receiver<PacingCommand>,
-    /// Packets the pacer released, reused between wake-ups.
-    released: Vec<(SiteIdx, AppIdx, Paced)>,
+    /// Drops and reordered packets (by site) as last copied into the metrics.
+    exported_drops: [u64; DropReason::ALL.len()],
+    exported_reordered: Vec<u64>,
+    /// The reordering counter of each site.
+    reordered: Vec<IntCounter>,
 }
 
 /// What a driver is built from.
 pub struct DriverParts {
     pub engine: DataPath,
-    pub pacing: AppPacing<Paced>,
     pub app_stats: AppStats,
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
@@ -142,7 +138,6 @@ impl Driver {
     pub fn new(parts: DriverParts) -> Driver {
         let DriverParts {
             engine,
-            pacing,
             app_stats,
             metrics,
             clock,
@@ -152,7 +147,7 @@ impl Driver {
             commands,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
-        let reordered = engine
+        let reordered: Vec<IntCounter> = engine
             .sites()
             .map(|(_, id)| metrics.reordered(id))
             .collect();
@@ -163,17 +158,15 @@ impl Driver {
             tun: Arc::new(tun),
             tun_mtu,
             lanes: Vec::new(),
-            live: HashMap::new(),
             events,
             input_tx,
             input_rx,
             rx_buf: BytesMut::with_capacity(256 * 1024),
-            last_refresh: Instant::ZERO,
-            reordered,
-            pacing,
             app_stats,
             commands,
-            released: Vec::new(),
+            exported_drops: [0; DropReason::ALL.len()],
+            exported_reordered: vec![0; reordered.len()],
+            reordered,
         }
     }
 
@@ -182,28 +175,40 @@ impl Driver {
         info!(tun = self.tun.name(), "data path running");
         // A handle of our own, so that waiting for the device does not borrow `self`.
         let tun = self.tun.clone();
-        // Keeps lane snapshots and their metrics fresh while no packet flows.
-        let mut idle_refresh = tokio::time::interval(IDLE_REFRESH_INTERVAL);
-        idle_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut app_sample = tokio::time::interval(APP_SAMPLE_INTERVAL);
-        app_sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut metrics_tick = tokio::time::interval(METRICS_INTERVAL);
+        metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut report_tick = tokio::time::interval(APP_REPORT_INTERVAL);
+        report_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let pacer_due = self.pacing.next_release().map(|at| self.clock.deadline(at));
+            let deadline = self.engine.poll_timeout().map(|at| self.clock.deadline(at));
             // Unbiased: under load, lane datagrams and TUN reads are both always ready,
             // and a fixed order would starve the later one.
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                _ = idle_refresh.tick() => self.refresh_lanes(self.clock.now()),
-                _ = app_sample.tick() => self.app_stats.sample(self.clock.now(), &self.pacing),
-                () = sleep_until_or_never(pacer_due) => {
-                    let now = self.clock.now();
-                    self.refresh_lanes(now);
-                    self.release_paced(now);
+            let wake = tokio::select! {
+                () = shutdown.cancelled() => Wake::Stop,
+                () = sleep_until_or_never(deadline) => Wake::Timeout,
+                _ = metrics_tick.tick() => Wake::Metrics,
+                _ = report_tick.tick() => Wake::AppReport,
+                Some(command) = self.commands.recv() => Wake::Command(command),
+                Some(event) = self.events.recv() => Wake::Lane(event),
+                Some(input) = self.input_rx.recv() => Wake::Input(input),
+                ready = tun.readable() => Wake::Tun(ready),
+            };
+            let now = self.clock.now();
+            if self.engine.wants_lane_samples(now) {
+                self.sample_lanes(now);
+            }
+            match wake {
+                Wake::Stop => break,
+                Wake::Timeout => {}
+                Wake::Metrics => self.export_metrics(),
+                Wake::AppReport => self.app_stats.report(now, &self.engine),
+                Wake::Command(command) => self.handle_command(command, now),
+                Wake::Lane(LaneEvent::Up(lane)) => self.add_lane(lane, now),
+                Wake::Lane(LaneEvent::Refused { reason, detail }) => {
+                    warn!(reason = reason.as_str(), detail, "refused a peer");
+                    self.engine.handle_peer_refused(reason);
                 }
-                Some(command) = self.commands.recv() => self.handle_command(command),
-                Some(event) = self.events.recv() => self.handle_event(event),
-                Some(input) = self.input_rx.recv() => {
-                    let now = self.clock.now();
+                Wake::Input(input) => {
                     self.handle_input(input, now);
                     for _ in 1..BATCH {
                         match self.input_rx.try_recv() {
@@ -212,50 +217,72 @@ impl Driver {
                         }
                     }
                 }
-                ready = tun.readable() => match ready {
-                    Ok(mut guard) => {
-                        let now = self.clock.now();
-                        self.refresh_lanes(now);
-                        for _ in 0..BATCH {
-                            // Read behind room for the datagram header, so that the
-                            // datagram is built in place.
-                            self.rx_buf.resize(DATAGRAM_HEADER_LEN + self.tun_mtu, 0);
-                            let room = &mut self.rx_buf[DATAGRAM_HEADER_LEN..];
-                            match guard.try_io(|fd| fd.get_ref().recv(room)) {
-                                Ok(Ok(n)) => {
-                                    self.rx_buf.truncate(DATAGRAM_HEADER_LEN + n);
-                                    let datagram = self.rx_buf.split();
-                                    self.handle_tun_packet(datagram, now);
-                                }
-                                Ok(Err(e)) => {
-                                    warn!(error = %e, "reading the TUN device");
-                                    break;
-                                }
-                                Err(_would_block) => break,
+                Wake::Tun(Ok(mut guard)) => {
+                    for _ in 0..BATCH {
+                        // Read behind room for the datagram header, so that the
+                        // datagram is built in place.
+                        self.rx_buf.resize(DATAGRAM_HEADER_LEN + self.tun_mtu, 0);
+                        let room = &mut self.rx_buf[DATAGRAM_HEADER_LEN..];
+                        match guard.try_io(|fd| fd.get_ref().recv(room)) {
+                            Ok(Ok(n)) => {
+                                self.rx_buf.truncate(DATAGRAM_HEADER_LEN + n);
+                                let datagram = self.rx_buf.split();
+                                self.engine.handle_tun_packet(datagram, now);
                             }
+                            Ok(Err(e)) => {
+                                warn!(error = %e, "reading the TUN device");
+                                break;
+                            }
+                            Err(_would_block) => break,
                         }
                     }
-                    Err(e) => {
-                        warn!(error = %e, "TUN device failed; stopping");
-                        break;
-                    }
-                },
+                }
+                Wake::Tun(Err(e)) => {
+                    warn!(error = %e, "TUN device failed; stopping");
+                    break;
+                }
             }
+            self.engine.handle_timeout(now);
+            self.carry_out();
         }
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
         }
+        self.export_metrics();
         self.log_drops();
     }
 
-    fn handle_event(&mut self, event: LaneEvent) {
-        match event {
-            LaneEvent::Up(lane) => self.add_lane(lane),
-            LaneEvent::Refused { reason, detail } => self.count_drop(reason, &detail),
+    /// Drains the engine's outputs: datagrams to lanes, packets to the TUN device,
+    /// lanes to close.
+    fn carry_out(&mut self) {
+        while let Some(transmit) = self.engine.poll_transmit() {
+            let sent = self
+                .lanes
+                .get(transmit.lane.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|io| io.queue.send(transmit.datagram).is_ok());
+            if !sent {
+                self.engine.handle_lane_gone();
+            }
+        }
+        while let Some(packet) = self.engine.poll_tun_write() {
+            match self.tun.write(&packet) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.engine.handle_tun_full();
+                }
+                Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
+            }
+        }
+        while let Some(lane) = self.engine.poll_lane_close() {
+            if let Some(io) = self.lanes.get_mut(lane.0 as usize).and_then(Option::as_mut) {
+                io.replaced = true;
+                io.conn.close(0u32.into(), b"replaced");
+            }
         }
     }
 
-    fn add_lane(&mut self, lane: NewLane) {
+    fn add_lane(&mut self, lane: NewLane, now: Instant) {
         let NewLane {
             conn,
             site,
@@ -264,119 +291,73 @@ impl Driver {
             rank,
             rate_kbps,
         } = lane;
+        let up = LaneUp {
+            site: &site,
+            uplink: &uplink,
+            colour,
+            rank,
+            rate_kbps,
+        };
         // The exit authenticated the site id; the entry's lanes carry its own.
-        let Some(site_idx) = self.engine.site_index(&site) else {
+        let Some(id) = self.engine.handle_lane_up(up, now) else {
             conn.close(1u32.into(), b"unknown site");
             return;
         };
-        let key = LaneKey {
-            site: site_idx,
-            uplink,
-            colour,
-        };
-        if let Some(old) = self.live.get(&key).copied() {
-            // A reconnect overtook the old lane's idle timeout: retire the old one now;
-            // its receive task removes it when quinn reports it closed.
-            if let Some(old_io) = self.lanes.get(old.0 as usize).and_then(Option::as_ref) {
-                old_io.conn.close(0u32.into(), b"replaced");
-                self.engine.update_lane(old, LANE_GONE);
-            }
-        }
-        let id = self.engine.add_lane(site_idx, colour, rank, rate_kbps);
-        let shared = Arc::new(LaneShared {
-            queued: AtomicU64::new(0),
-            metrics: self
-                .metrics
-                .lane(self.engine.site_id(site_idx), &key.uplink, colour),
-        });
-        shared.metrics.up.set(1);
-        let (queue, queue_rx) = mpsc::channel(LANE_QUEUE_PACKETS);
-        tokio::spawn(send_loop(conn.clone(), queue_rx, shared.clone()));
-        tokio::spawn(receive_loop(
-            id,
-            conn.clone(),
-            self.input_tx.clone(),
-            shared.clone(),
-        ));
+        let progress = Arc::new(SendProgress::default());
+        let (queue, queue_rx) = mpsc::unbounded_channel();
+        tokio::spawn(send_loop(conn.clone(), queue_rx, progress.clone()));
+        tokio::spawn(receive_loop(id, conn.clone(), self.input_tx.clone()));
         info!(
             lane = %id,
-            site = self.engine.site_id(site_idx),
-            uplink = %key.uplink,
+            site,
+            uplink,
             colour = colour.as_str(),
             peer = %conn.remote_address(),
             "lane added"
         );
         let io = LaneIo {
+            metrics: self.metrics.lane(&site, &uplink, colour),
             conn,
             queue,
-            shared,
-            key: key.clone(),
-            lost_seen: 0,
-            rx_seen: 0,
-            rx_progress_at: self.clock.now(),
+            progress,
+            exported: LaneCounters::default(),
+            replaced: false,
         };
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
         }
         self.lanes[slot] = Some(io);
-        self.live.insert(key, id);
-        self.metrics.set_lanes_up(self.live.len());
-        self.refresh_lane(id, self.clock.now());
+        self.sample_lanes(now);
+        self.export_metrics();
     }
 
     fn handle_input(&mut self, input: LaneInput, now: Instant) {
         match input {
             LaneInput::Datagram(lane, datagram) => {
-                match self.engine.handle_lane_datagram(lane, &datagram, now) {
-                    Ok(delivery) => {
-                        if delivery.reordered {
-                            self.reordered[delivery.site.0 as usize].inc();
-                        }
-                        match self.tun.write(&datagram[delivery.offset..]) {
-                            Ok(_) => {
-                                // Measured only: the other side paced this direction.
-                                let incoming = self.pacing.direction().reverse();
-                                let (site, info) = (delivery.site, &delivery.info);
-                                let app = self.pacing.classify(site, info, incoming, now);
-                                self.app_stats.carried(site, app, incoming, info.len);
-                            }
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                self.count_drop(DropReason::QueueFull, "the TUN device is full");
-                            }
-                            Err(e) => debug!(error = %e, "writing to the TUN device"),
-                        }
-                    }
-                    Err(reason) => self.count_drop(reason, "from a lane"),
-                }
+                self.engine.handle_lane_datagram(lane, datagram, now);
             }
             LaneInput::Closed(lane) => {
-                self.engine.remove_lane(lane);
+                // Its last counts reach the metrics before the lane is forgotten.
+                self.sample_lanes(now);
+                self.export_metrics();
+                self.engine.handle_lane_closed(lane);
                 if let Some(io) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take) {
-                    if self.live.get(&io.key) == Some(&lane) {
-                        self.live.remove(&io.key);
-                        io.shared.metrics.up.set(0);
-                        self.metrics.set_lanes_up(self.live.len());
+                    if !io.replaced {
+                        io.metrics.up.set(0);
                     }
-                    info!(lane = %lane, uplink = %io.key.uplink, "lane removed");
+                    info!(lane = %lane, "lane removed");
                 }
             }
         }
     }
 
-    fn handle_command(&mut self, command: PacingCommand) {
+    fn handle_command(&mut self, command: PacingCommand, now: Instant) {
         match command {
             PacingCommand::Apply { site, table, done } => {
-                let now = self.clock.now();
-                let version = table.version;
-                let apps = table.apps.len();
-                let mut unpaced = Vec::new();
-                self.pacing.apply(site, table, now, |p| unpaced.push(p));
-                self.app_stats.rebuild(site, &self.pacing);
-                // Packets of applications that are gone were accepted: they go on.
-                for paced in unpaced {
-                    self.forward(site, AppIdx::DEFAULT, paced, now);
-                }
+                let (version, apps) = (table.version, table.apps.len());
+                self.engine.handle_pacing_table(site, table, now);
+                self.app_stats.rebuild(site, self.engine.pacing());
                 info!(
                     site = self.engine.site_id(site),
                     version, apps, "pacing table applied"
@@ -386,166 +367,81 @@ impl Driver {
         }
     }
 
-    /// Handles a packet read from the TUN device, which sits in `datagram` behind room
-    /// for the datagram header: admitted, classified, paced, then forwarded.
-    fn handle_tun_packet(&mut self, mut datagram: BytesMut, now: Instant) {
-        let Admitted { site, info } = match self
-            .engine
-            .admit_tun_packet(&mut datagram[DATAGRAM_HEADER_LEN..])
-        {
-            Ok(admitted) => admitted,
-            Err(verdict) => return self.carry_out(verdict, datagram),
-        };
-        let app = self
-            .pacing
-            .classify(site, &info, self.pacing.direction(), now);
-        match self
-            .pacing
-            .enqueue(site, app, Paced { info, datagram }, info.len, now)
-        {
-            Enqueued::Now(paced) => self.forward(site, app, paced, now),
-            Enqueued::Queued => {}
-            Enqueued::Dropped(_) => {
-                self.app_stats.dropped(site, app);
-                self.count_drop(
-                    DropReason::QueueFull,
-                    "the application's pacing queue is full",
-                );
+    fn sample_lanes(&mut self, now: Instant) {
+        for (i, io) in self.lanes.iter().enumerate() {
+            if let Some(io) = io {
+                self.engine
+                    .handle_lane_sample(LaneId(i as u32), io.sample(), now);
             }
         }
     }
 
-    /// Sends the packets whose departure time has come.
-    fn release_paced(&mut self, now: Instant) {
-        let mut released = std::mem::take(&mut self.released);
-        self.pacing
-            .release(now, |site, app, paced| released.push((site, app, paced)));
-        for (site, app, paced) in released.drain(..) {
-            self.forward(site, app, paced, now);
-        }
-        self.released = released;
-    }
-
-    /// Hands a packet its pacer let go to the scheduler and its lane.
-    fn forward(&mut self, site: SiteIdx, app: AppIdx, paced: Paced, now: Instant) {
-        let Paced { info, mut datagram } = paced;
-        self.app_stats
-            .carried(site, app, self.pacing.direction(), info.len);
-        let verdict = self
-            .engine
-            .forward(site, &info, &mut datagram[DATAGRAM_HEADER_LEN..], now);
-        self.carry_out(verdict, datagram);
-    }
-
-    /// Carries out the engine's verdict on a packet from the TUN device.
-    fn carry_out(&mut self, verdict: TunVerdict, mut datagram: BytesMut) {
-        match verdict {
-            TunVerdict::Forward(forward) => {
-                let Some(io) = self
-                    .lanes
-                    .get(forward.lane.0 as usize)
-                    .and_then(Option::as_ref)
-                else {
-                    return self.count_drop(DropReason::NoLane, "the lane is gone");
-                };
-                io.shared.metrics.decisions[forward.kind as usize].inc();
-                let len = datagram.len() as u64;
-                let queued = &io.shared.queued;
-                if queued.load(Ordering::Relaxed) + len > LANE_QUEUE_LIMIT {
-                    return self.count_drop(DropReason::QueueFull, "the lane's queue is full");
-                }
-                write_datagram_header(&mut datagram, forward.seq);
-                queued.fetch_add(len, Ordering::Relaxed);
-                if io.queue.try_send(datagram.freeze()).is_err() {
-                    queued.fetch_sub(len, Ordering::Relaxed);
-                    self.count_drop(DropReason::QueueFull, "the lane's queue is full");
-                }
-            }
-            TunVerdict::Reply(n) => {
-                if let Err(e) = self.tun.write(self.engine.reply(n)) {
-                    debug!(error = %e, "writing an ICMP error to the TUN device");
-                }
-                self.count_drop(DropReason::TooBig, "larger than the lane carries");
-            }
-            TunVerdict::Drop(reason) => self.count_drop(reason, "from the TUN device"),
-        }
-    }
-
-    /// Counts a drop; logs the first of each reason as a warning, later ones at trace
-    /// level. Link-local chatter of the kernel is expected and never warned about.
-    fn count_drop(&self, reason: DropReason, detail: &str) {
-        let counter = self.metrics.dropped(reason);
-        counter.inc();
-        if counter.get() == 1 && reason != DropReason::LinkLocal {
-            warn!(
-                reason = reason.as_str(),
-                detail, "dropped a packet (first of its kind; later ones are only counted)"
-            );
-        } else {
-            tracing::trace!(reason = reason.as_str(), detail, "dropped a packet");
-        }
-    }
-
-    fn log_drops(&self) {
+    /// Copies the engine's counters and lane state into the Prometheus metrics; the
+    /// first drop of each reason is logged as a warning.
+    fn export_metrics(&mut self) {
         for reason in DropReason::ALL {
-            let n = self.metrics.dropped(reason).get();
-            if n > 0 {
-                info!(reason = reason.as_str(), packets = n, "dropped in total");
+            let total = self.engine.dropped(reason);
+            let exported = &mut self.exported_drops[reason as usize];
+            if total > *exported {
+                if *exported == 0 && reason != DropReason::LinkLocal {
+                    warn!(
+                        reason = reason.as_str(),
+                        "dropped a packet (first of its kind; later ones are only counted)"
+                    );
+                }
+                self.metrics
+                    .dropped(reason)
+                    .inc_by(total.saturating_sub(*exported));
+                *exported = total;
             }
         }
-    }
-
-    fn refresh_lanes(&mut self, now: Instant) {
-        if now.saturating_since(self.last_refresh) < REFRESH_INTERVAL {
-            return;
-        }
-        self.last_refresh = now;
-        for i in 0..self.lanes.len() {
-            self.refresh_lane(LaneId(i as u32), now);
+        for (i, counter) in self.reordered.iter().enumerate() {
+            let total = self.engine.reordered(SiteIdx(i as u32));
+            counter.inc_by(total.saturating_sub(self.exported_reordered[i]));
+            self.exported_reordered[i] = total;
         }
         self.metrics
             .flows_active
             .set(i64::try_from(self.engine.flows_active()).unwrap_or(i64::MAX));
+        self.metrics.set_lanes_up(self.engine.lanes_up());
+        for (i, io) in self.lanes.iter_mut().enumerate() {
+            let Some(io) = io else { continue };
+            let Some((view, counters)) = self.engine.lane(LaneId(i as u32)) else {
+                continue;
+            };
+            let m = &io.metrics;
+            if !io.replaced {
+                m.up.set(i64::from(view.up));
+            }
+            m.srtt.set(view.srtt.as_secs_f64());
+            m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
+            m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
+            let old = io.exported;
+            m.tx_packets
+                .inc_by(counters.tx_packets.saturating_sub(old.tx_packets));
+            m.tx_bytes
+                .inc_by(counters.tx_bytes.saturating_sub(old.tx_bytes));
+            m.rx_packets
+                .inc_by(counters.rx_packets.saturating_sub(old.rx_packets));
+            m.rx_bytes
+                .inc_by(counters.rx_bytes.saturating_sub(old.rx_bytes));
+            m.lost
+                .inc_by(counters.lost_packets.saturating_sub(old.lost_packets));
+            for (k, c) in m.decisions.iter().enumerate() {
+                c.inc_by(counters.decisions[k].saturating_sub(old.decisions[k]));
+            }
+            io.exported = *counters;
+        }
+        self.app_stats.export(&self.engine);
     }
 
-    /// Reads a lane's state from quinn (each accessor takes quinn's connection lock,
-    /// hence once per batch, not per packet).
-    fn refresh_lane(&mut self, id: LaneId, now: Instant) {
-        let Some(io) = self.lanes.get_mut(id.0 as usize).and_then(Option::as_mut) else {
-            return;
-        };
-        let max_datagram = io
-            .conn
-            .max_datagram_size()
-            .map_or(0, |m| m.saturating_sub(DATAGRAM_HEADER_LEN));
-        let in_quinn =
-            QUINN_DATAGRAM_SEND_BUFFER.saturating_sub(io.conn.datagram_send_buffer_space()) as u64;
-        let stats = io.conn.stats();
-        if stats.udp_rx.datagrams != io.rx_seen {
-            io.rx_seen = stats.udp_rx.datagrams;
-            io.rx_progress_at = now;
+    fn log_drops(&self) {
+        for reason in DropReason::ALL {
+            let n = self.engine.dropped(reason);
+            if n > 0 {
+                info!(reason = reason.as_str(), packets = n, "dropped in total");
+            }
         }
-        let path = stats.path;
-        let alive = now.saturating_since(io.rx_progress_at) < LANE_STALL;
-        let view = LaneStatus {
-            up: alive
-                && max_datagram > 0
-                && io.conn.close_reason().is_none()
-                && self.live.get(&io.key) == Some(&id),
-            srtt: path.rtt,
-            cwnd: path.cwnd,
-            fill: io.shared.queued.load(Ordering::Relaxed) + in_quinn,
-            max_datagram,
-        };
-        let m = &io.shared.metrics;
-        m.up.set(i64::from(view.up));
-        m.srtt.set(view.srtt.as_secs_f64());
-        m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
-        m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
-        m.lost
-            .inc_by(path.lost_packets.saturating_sub(io.lost_seen));
-        io.lost_seen = path.lost_packets;
-        self.engine.update_lane(id, view);
     }
 }
 
@@ -559,40 +455,33 @@ async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
 
 async fn send_loop(
     conn: quinn::Connection,
-    mut queue: mpsc::Receiver<Bytes>,
-    shared: Arc<LaneShared>,
+    mut queue: mpsc::UnboundedReceiver<Bytes>,
+    progress: Arc<SendProgress>,
 ) {
     while let Some(datagram) = queue.recv().await {
         let len = datagram.len() as u64;
         let sent = conn.send_datagram_wait(datagram).await;
-        shared.queued.fetch_sub(len, Ordering::Relaxed);
+        progress.dequeued_bytes.fetch_add(len, Ordering::Relaxed);
         match sent {
             Ok(()) => {
-                shared.metrics.tx_packets.inc();
-                shared.metrics.tx_bytes.inc_by(len);
+                progress.sent_packets.fetch_add(1, Ordering::Relaxed);
+                progress.sent_bytes.fetch_add(len, Ordering::Relaxed);
             }
             Err(quinn::SendDatagramError::ConnectionLost(_)) => break,
-            Err(e) => debug!(error = %e, "quinn refused a datagram"),
+            Err(e) => tracing::debug!(error = %e, "quinn refused a datagram"),
         }
     }
-    // Whatever is still queued is lost with the lane; give its bytes back.
+    // Whatever is still queued is lost with the lane; it leaves the queue all the same.
     queue.close();
     while let Ok(datagram) = queue.try_recv() {
-        shared
-            .queued
-            .fetch_sub(datagram.len() as u64, Ordering::Relaxed);
+        progress
+            .dequeued_bytes
+            .fetch_add(datagram.len() as u64, Ordering::Relaxed);
     }
 }
 
-async fn receive_loop(
-    id: LaneId,
-    conn: quinn::Connection,
-    input: mpsc::Sender<LaneInput>,
-    shared: Arc<LaneShared>,
-) {
+async fn receive_loop(id: LaneId, conn: quinn::Connection, input: mpsc::Sender<LaneInput>) {
     while let Ok(datagram) = conn.read_datagram().await {
-        shared.metrics.rx_packets.inc();
-        shared.metrics.rx_bytes.inc_by(datagram.len() as u64);
         if input.send(LaneInput::Datagram(id, datagram)).await.is_err() {
             return;
         }

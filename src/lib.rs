@@ -6,15 +6,18 @@
 pub mod admin;
 pub mod admin_client;
 pub mod app;
+pub mod app_stats;
 pub mod cert;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod core;
+#[cfg(test)]
+mod core_purity;
 pub mod demo;
 pub mod driver;
 pub mod lane;
 pub mod metrics;
-pub mod pacing;
+pub mod pacing_control;
 pub mod sys;
 pub mod tun;

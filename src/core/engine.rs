@@ -1,29 +1,61 @@
-//! The data path of one gateway, as a state machine.
+//! The data path of one gateway, as one state machine.
 //!
-//! Contract: the shell feeds every packet read from the TUN device to
-//! [`DataPath::handle_tun_packet`] and every datagram received on a lane to
-//! [`DataPath::handle_lane_datagram`], with the current instant; lane snapshots arrive
-//! through [`DataPath::update_lane`]. The engine answers with a verdict per packet (which
-//! lane, an ICMP reply for the TUN, or a drop reason) and never touches a socket, a
-//! clock or quinn. Per-packet work allocates nothing.
+//! Contract, after quinn-proto's `Connection`: the shell hands in what happened, with
+//! the current instant, and drains what the engine decided.
+//!
+//! - Inputs: a packet read from the TUN device ([`DataPath::handle_tun_packet`]), a
+//!   datagram received on a lane ([`DataPath::handle_lane_datagram`]), a lane that came
+//!   up or closed ([`DataPath::handle_lane_up`], [`DataPath::handle_lane_closed`]), a
+//!   sample of a lane's QUIC state ([`DataPath::handle_lane_sample`], whenever
+//!   [`DataPath::wants_lane_samples`] says so), a controller's pacing table
+//!   ([`DataPath::handle_pacing_table`]), and the passing of time
+//!   ([`DataPath::handle_timeout`]).
+//! - Outputs, polled: datagrams to send on a lane ([`DataPath::poll_transmit`]),
+//!   packets (and ICMP errors) to write to the TUN device
+//!   ([`DataPath::poll_tun_write`]), lanes to close ([`DataPath::poll_lane_close`]),
+//!   the next instant it wants to be woken ([`DataPath::poll_timeout`]), and counters.
+//!
+//! Everything that decides lives here: admission, classification and pacing per
+//! application, scheduling, lane liveness and replacement, the lane queue limit, flow
+//! expiry, reordering measurement, and counting, which happens once per packet after
+//! its verdict. The engine never touches a socket, a clock or quinn; per-packet work
+//! allocates nothing but the rare ICMP reply.
 //!
 //! Every packet sent to a site carries the site's next sequence number (see
 //! `wire::DATAGRAM_HEADER_LEN`); the receiving engine counts, per flow, packets that
 //! arrive after a packet of the same flow that was sent later: reordering.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use ipnet::IpNet;
 
+use super::app_pacing::{AppCounters, AppPacing};
 use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
-use super::lane::{Colour, LaneId, LaneStatus, LaneView};
+use super::lane::{Colour, LaneId, LaneSample, LaneView};
+use super::pacer::Enqueued;
+use super::pacing_table::{AppIdx, Direction, PacingTable};
 use super::packet::PacketInfo;
 use super::route::PrefixMap;
 use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::stats::DropReason;
 use super::time::Instant;
-use super::wire::split_datagram;
+use super::wire::{DATAGRAM_HEADER_LEN, split_datagram, write_datagram_header};
+
+/// A lane that received nothing for this long is not scheduled: both ends send at
+/// least a keep-alive every 100 ms, so silence means the path is broken, long before
+/// QUIC's idle timeout closes the connection.
+pub const LANE_STALL: Duration = Duration::from_millis(400);
+/// Bytes a lane may have queued inside braid before packets for it are dropped.
+pub const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
+/// Lanes are sampled at most this often while packets flow: quinn's accessors take
+/// its connection lock, so once per batch, not per packet.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
+/// Lanes are sampled at least this often, traffic or not, so that liveness and the
+/// metrics stay fresh.
+pub const IDLE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Which end of the tunnel this gateway is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +65,16 @@ pub enum Role {
     /// At the concentrator: many sites, packets from the TUN go to the site whose
     /// prefixes contain the destination.
     Exit,
+}
+
+impl Role {
+    /// The direction this end paces (SPEC §4): the entry `up`, the exit `down`.
+    pub fn paced_direction(self) -> Direction {
+        match self {
+            Role::Entry => Direction::Up,
+            Role::Exit => Direction::Down,
+        }
+    }
 }
 
 /// Index of a site in the engine's site list.
@@ -54,49 +96,55 @@ pub struct EngineConfig {
     pub sites: Vec<SiteSpec>,
     pub tun_mtu: usize,
     pub algorithm: Algorithm,
-    /// Flows idle this long are forgotten (scheduler and reordering tables).
+    /// Flows idle this long are forgotten (scheduler, classifier and reordering tables).
     pub flow_idle_timeout: Duration,
     /// At most this many flows per site and table; the least recently used goes.
     pub max_flows: usize,
+    /// The rate of applications without one of their own (`pacing.default_rate_kbps`).
+    pub default_rate_kbps: Option<u64>,
+    /// See [`LANE_STALL`].
+    pub lane_stall: Duration,
+    /// See [`LANE_QUEUE_LIMIT`].
+    pub lane_queue_limit: u64,
 }
 
-/// A packet to send: on which lane, with which sequence number, and how the scheduler
-/// decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Forward {
+/// A datagram to send on a lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
     pub lane: LaneId,
-    pub seq: u32,
-    pub kind: DecisionKind,
+    pub datagram: Bytes,
 }
 
-/// What to do with a packet read from the TUN device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TunVerdict {
-    /// Send it as a datagram, with the header of `wire::write_datagram_header`.
-    Forward(Forward),
-    /// Drop it and write [`DataPath::reply`] (an ICMP error of this length) to the TUN.
-    Reply(usize),
-    /// Drop it.
-    Drop(DropReason),
+/// A lane as the shell announces it, once its handshake and hello are done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneUp<'a> {
+    pub site: &'a str,
+    pub uplink: &'a str,
+    pub colour: Colour,
+    /// The uplink's position in the entry's configuration.
+    pub rank: u32,
+    /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
+    pub rate_kbps: Option<u64>,
 }
 
-/// A packet read from the TUN device that may go on: its site and what it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admitted {
-    pub site: SiteIdx,
-    pub info: PacketInfo,
+/// What a lane carried, counted by the engine (decisions, receptions) or passed on
+/// from the shell's samples (what quinn sent and lost).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounters {
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub lost_packets: u64,
+    /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
+    pub decisions: [u64; DecisionKind::ALL.len()],
 }
 
-/// A datagram from a lane that may be written to the TUN device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delivery {
-    /// Offset of the inner IP packet in the datagram.
-    pub offset: usize,
-    pub site: SiteIdx,
-    /// A packet of the same flow sent after this one arrived before it.
-    pub reordered: bool,
-    /// The inner packet.
-    pub info: PacketInfo,
+/// A packet read from the TUN device on its way to a lane: its datagram, with room
+/// for the header in front, and what it is.
+struct Packet {
+    info: PacketInfo,
+    datagram: BytesMut,
 }
 
 struct Site {
@@ -108,11 +156,33 @@ struct Site {
     tx_seq: u32,
     /// Highest sequence number received per flow from this site.
     rx_seq: FlowTable<u32>,
+    /// Packets received after a later-sent packet of their flow.
+    reordered: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct LaneSlot {
+/// A lane's state beyond what the scheduler sees.
+struct Lane {
     site: SiteIdx,
+    uplink: String,
+    colour: Colour,
+    /// Replaced by a newer lane of the same uplink and colour: never scheduled again.
+    retired: bool,
+    /// The last sample's sign of life, and when it last grew.
+    rx_datagrams: u64,
+    heard_at: Instant,
+    /// Bytes handed to the shell for sending, and how many of them had left braid's
+    /// queue at the last sample: the difference is the lane's queue.
+    handed_bytes: u64,
+    dequeued_bytes: u64,
+    quinn_queued_bytes: u64,
+    closed: bool,
+    counters: LaneCounters,
+}
+
+impl Lane {
+    fn queued_bytes(&self) -> u64 {
+        self.handed_bytes.saturating_sub(self.dequeued_bytes)
+    }
 }
 
 /// The data path state machine.
@@ -120,16 +190,33 @@ pub struct DataPath {
     role: Role,
     sites: Vec<Site>,
     site_by_prefix: PrefixMap<SiteIdx>,
-    /// Lane id -> owning site; `None` for free ids, which are reused.
-    lanes: Vec<Option<LaneSlot>>,
+    /// Lane id -> lane; `None` for free ids, which are reused.
+    lanes: Vec<Option<Lane>>,
+    pacing: AppPacing<Packet>,
     tun_mtu: usize,
+    flow_idle_timeout: Duration,
+    lane_stall: Duration,
+    lane_queue_limit: u64,
+    dropped: [u64; DropReason::ALL.len()],
+    transmits: VecDeque<Transmit>,
+    tun_writes: VecDeque<Bytes>,
+    lanes_to_close: VecDeque<LaneId>,
+    /// When a flow table may next forget a flow (`None`: all are empty).
+    expiry_at: Option<Instant>,
+    /// No later than this, some lane that is up falls silent for `lane_stall`.
+    stall_check_at: Option<Instant>,
+    /// When lanes were last sampled, and whether a new lane wants a sample at once.
+    sampled_at: Instant,
+    sample_due: bool,
+    /// Packets the pacer released, reused between timeouts.
+    released: Vec<(SiteIdx, AppIdx, Packet)>,
     reply: [u8; MAX_REPLY_LEN],
 }
 
 impl DataPath {
     pub fn new(config: EngineConfig) -> DataPath {
         let mut site_by_prefix = PrefixMap::default();
-        let sites = config
+        let sites: Vec<Site> = config
             .sites
             .iter()
             .enumerate()
@@ -145,18 +232,341 @@ impl DataPath {
                         .build(config.flow_idle_timeout, config.max_flows),
                     tx_seq: 0,
                     rx_seq: FlowTable::new(config.flow_idle_timeout, config.max_flows),
+                    reordered: 0,
                 }
             })
             .collect();
+        let pacing = AppPacing::new(
+            sites.len(),
+            config.role.paced_direction(),
+            config.default_rate_kbps,
+            config.flow_idle_timeout,
+            config.max_flows,
+        );
         DataPath {
             role: config.role,
             sites,
             site_by_prefix,
             lanes: Vec::new(),
+            pacing,
             tun_mtu: config.tun_mtu,
+            flow_idle_timeout: config.flow_idle_timeout,
+            lane_stall: config.lane_stall,
+            lane_queue_limit: config.lane_queue_limit,
+            dropped: [0; DropReason::ALL.len()],
+            transmits: VecDeque::new(),
+            tun_writes: VecDeque::new(),
+            lanes_to_close: VecDeque::new(),
+            expiry_at: None,
+            stall_check_at: None,
+            sampled_at: Instant::ZERO,
+            sample_due: false,
+            released: Vec::new(),
             reply: [0; MAX_REPLY_LEN],
         }
     }
+
+    // ---- inputs -------------------------------------------------------------------
+
+    /// Handles a packet read from the TUN device, which sits in `datagram` behind
+    /// [`DATAGRAM_HEADER_LEN`] bytes of room for the header, so that the datagram is
+    /// built in place: admitted, classified, paced, scheduled, queued on its lane.
+    pub fn handle_tun_packet(&mut self, mut datagram: BytesMut, now: Instant) {
+        self.flows_touched(now);
+        let Some(packet) = datagram.get_mut(DATAGRAM_HEADER_LEN..) else {
+            return self.count_drop(DropReason::Malformed);
+        };
+        let info = match PacketInfo::parse(packet) {
+            Ok(info) => info,
+            Err(_) => return self.count_drop(DropReason::Malformed),
+        };
+        if info.to_link_local() {
+            return self.count_drop(DropReason::LinkLocal);
+        }
+        let site = match self.role {
+            Role::Entry => SiteIdx(0),
+            Role::Exit => match self.site_by_prefix.lookup(info.dst) {
+                Some(site) => site,
+                None => return self.count_drop(DropReason::NoSite),
+            },
+        };
+        info.clamp_tcp_mss(packet, || self.max_mss(site, info.is_ipv6()));
+        let direction = self.pacing.direction();
+        let app = self.pacing.classify(site, &info, direction, now);
+        match self
+            .pacing
+            .enqueue(site, app, Packet { info, datagram }, info.len, now)
+        {
+            Enqueued::Now(packet) => self.forward(site, app, packet, now),
+            Enqueued::Queued => {}
+            Enqueued::Dropped(_) => self.count_drop(DropReason::QueueFull),
+        }
+    }
+
+    /// Handles a datagram received on `lane`: after the header it must hold exactly
+    /// one IP packet and, at the exit, come from an address of the lane's own site.
+    /// Its packet then goes to the TUN device.
+    pub fn handle_lane_datagram(&mut self, lane: LaneId, datagram: Bytes, now: Instant) {
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return self.count_drop(DropReason::NoLane);
+        };
+        l.counters.rx_packets += 1;
+        l.counters.rx_bytes += datagram.len() as u64;
+        let site_idx = l.site;
+        let Some((seq, packet)) = split_datagram(&datagram) else {
+            return self.count_drop(DropReason::Malformed);
+        };
+        let Ok(info) = PacketInfo::parse(packet) else {
+            return self.count_drop(DropReason::Malformed);
+        };
+        if self.role == Role::Exit && self.site_by_prefix.lookup(info.src) != Some(site_idx) {
+            return self.count_drop(DropReason::Spoofed);
+        }
+        self.flows_touched(now);
+        let site = &mut self.sites[site_idx.0 as usize];
+        let flow = info.flow_key();
+        let highest = site.rx_seq.get(flow).map(|e| e.value);
+        // Serial number arithmetic: `seq` is older than `highest` when the difference,
+        // read as signed, is negative.
+        let reordered = highest.is_some_and(|h| (seq.wrapping_sub(h) as i32) < 0);
+        if reordered {
+            site.reordered += 1;
+        }
+        let newest = match highest {
+            Some(h) if reordered => h,
+            _ => seq,
+        };
+        site.rx_seq.record(flow, newest, now);
+        // Only measured: the other end paced this direction.
+        let incoming = self.pacing.direction().reverse();
+        let app = self.pacing.classify(site_idx, &info, incoming, now);
+        self.pacing.count_carried(site_idx, app, incoming, info.len);
+        self.tun_writes
+            .push_back(datagram.slice(DATAGRAM_HEADER_LEN..));
+    }
+
+    /// Registers a lane whose handshake and hello are done and returns its id, or
+    /// `None` for a site this gateway does not serve. A live lane of the same site,
+    /// uplink and colour is replaced (a reconnect overtook its idle timeout): it is
+    /// never scheduled again and comes out of [`DataPath::poll_lane_close`].
+    pub fn handle_lane_up(&mut self, up: LaneUp<'_>, now: Instant) -> Option<LaneId> {
+        let site = self.site_index(up.site)?;
+        for (i, old) in self.lanes.iter_mut().enumerate() {
+            if let Some(old) = old
+                && !old.retired
+                && old.site == site
+                && old.colour == up.colour
+                && old.uplink == up.uplink
+            {
+                old.retired = true;
+                self.lanes_to_close.push_back(LaneId(i as u32));
+                let id = LaneId(i as u32);
+                if let Some(v) = self.sites[site.0 as usize]
+                    .lanes
+                    .iter_mut()
+                    .find(|v| v.id == id)
+                {
+                    v.up = false;
+                }
+            }
+        }
+        let lane = Lane {
+            site,
+            uplink: up.uplink.to_string(),
+            colour: up.colour,
+            retired: false,
+            rx_datagrams: 0,
+            heard_at: now,
+            handed_bytes: 0,
+            dequeued_bytes: 0,
+            quinn_queued_bytes: 0,
+            closed: false,
+            counters: LaneCounters::default(),
+        };
+        let id = match self.lanes.iter().position(Option::is_none) {
+            Some(free) => {
+                self.lanes[free] = Some(lane);
+                LaneId(free as u32)
+            }
+            None => {
+                self.lanes.push(Some(lane));
+                LaneId(self.lanes.len() as u32 - 1)
+            }
+        };
+        self.sites[site.0 as usize].lanes.push(LaneView {
+            rank: up.rank,
+            rate_kbps: up.rate_kbps,
+            ..LaneView::new(id, up.colour)
+        });
+        self.sample_due = true;
+        self.stall_check_at = earliest(
+            self.stall_check_at,
+            Some(now.saturating_add(self.lane_stall)),
+        );
+        Some(id)
+    }
+
+    /// Forgets a lane whose connection is closed and whose datagrams were all handed
+    /// in; its id may be handed out again.
+    pub fn handle_lane_closed(&mut self, lane: LaneId) {
+        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize).map(Option::take) {
+            self.sites[l.site.0 as usize].lanes.retain(|v| v.id != lane);
+        }
+    }
+
+    /// True when the shell should sample every lane with
+    /// [`DataPath::handle_lane_sample`] before handing in more.
+    pub fn wants_lane_samples(&self, now: Instant) -> bool {
+        self.sample_due || now.saturating_since(self.sampled_at) >= SAMPLE_INTERVAL
+    }
+
+    /// Takes a lane's sample: liveness, fill, SRTT, cwnd and counters.
+    pub fn handle_lane_sample(&mut self, lane: LaneId, sample: LaneSample, now: Instant) {
+        self.sampled_at = now;
+        self.sample_due = false;
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return;
+        };
+        if sample.rx_datagrams != l.rx_datagrams {
+            l.rx_datagrams = sample.rx_datagrams;
+            l.heard_at = now;
+        }
+        l.dequeued_bytes = sample.dequeued_bytes;
+        l.quinn_queued_bytes = sample.quinn_queued_bytes;
+        l.closed = sample.closed;
+        l.counters.tx_packets = sample.sent_packets;
+        l.counters.tx_bytes = sample.sent_bytes;
+        l.counters.lost_packets = sample.lost_packets;
+        let up = !l.retired
+            && !l.closed
+            && sample.max_datagram > 0
+            && now.saturating_since(l.heard_at) < self.lane_stall;
+        let fill = l.queued_bytes() + l.quinn_queued_bytes;
+        if up {
+            self.stall_check_at = earliest(
+                self.stall_check_at,
+                Some(l.heard_at.saturating_add(self.lane_stall)),
+            );
+        }
+        if let Some(v) = self.sites[l.site.0 as usize]
+            .lanes
+            .iter_mut()
+            .find(|v| v.id == lane)
+        {
+            v.up = up;
+            v.srtt = sample.srtt;
+            v.cwnd = sample.cwnd;
+            v.fill = fill;
+            v.max_datagram = sample.max_datagram;
+        }
+    }
+
+    /// Replaces a site's application table (already validated). Queues of
+    /// applications that keep their name keep their packets; packets of applications
+    /// that are gone were accepted, so they go on unpaced.
+    pub fn handle_pacing_table(&mut self, site: SiteIdx, table: PacingTable, now: Instant) {
+        let mut unpaced = std::mem::take(&mut self.released);
+        self.pacing.apply(site, table, now, |p| {
+            unpaced.push((site, AppIdx::DEFAULT, p))
+        });
+        self.forward_released(&mut unpaced, now);
+        self.released = unpaced;
+    }
+
+    /// Does what is due at `now`: releases paced packets, forgets idle flows, and
+    /// stops scheduling lanes that fell silent. Cheap when nothing is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.pacing.next_release().is_some_and(|at| at <= now) {
+            let mut released = std::mem::take(&mut self.released);
+            self.pacing
+                .release(now, |site, app, p| released.push((site, app, p)));
+            self.forward_released(&mut released, now);
+            self.released = released;
+        }
+        if self.expiry_at.is_some_and(|at| at <= now) {
+            self.pacing.expire(now);
+            let mut next = self.pacing.next_expiry();
+            for site in &mut self.sites {
+                site.scheduler.expire(now);
+                site.rx_seq.expire(now, |_| {});
+                next = earliest(next, site.scheduler.next_expiry());
+                next = earliest(next, site.rx_seq.next_expiry());
+            }
+            self.expiry_at = next;
+        }
+        if self.stall_check_at.is_some_and(|at| at <= now) {
+            self.stall_check_at = None;
+            for (i, l) in self.lanes.iter().enumerate() {
+                let Some(l) = l else { continue };
+                let id = LaneId(i as u32);
+                let Some(v) = self.sites[l.site.0 as usize]
+                    .lanes
+                    .iter_mut()
+                    .find(|v| v.up && v.id == id)
+                else {
+                    continue;
+                };
+                let silent_from = l.heard_at.saturating_add(self.lane_stall);
+                if silent_from <= now {
+                    v.up = false;
+                } else {
+                    self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
+                }
+            }
+        }
+    }
+
+    /// Counts a peer refused before it became a lane (failed handshake, wrong site).
+    pub fn handle_peer_refused(&mut self, reason: DropReason) {
+        self.count_drop(reason);
+    }
+
+    /// Counts a packet the TUN device refused because its queue was full.
+    pub fn handle_tun_full(&mut self) {
+        self.count_drop(DropReason::QueueFull);
+    }
+
+    /// Counts a datagram the shell could not hand to its lane (the lane is closing).
+    pub fn handle_lane_gone(&mut self) {
+        self.count_drop(DropReason::NoLane);
+    }
+
+    // ---- outputs ------------------------------------------------------------------
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next packet to write to the TUN device.
+    pub fn poll_tun_write(&mut self) -> Option<Bytes> {
+        self.tun_writes.pop_front()
+    }
+
+    /// The next lane whose connection the shell should close (it was replaced).
+    pub fn poll_lane_close(&mut self) -> Option<LaneId> {
+        self.lanes_to_close.pop_front()
+    }
+
+    /// When [`DataPath::handle_timeout`] should run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let idle_sample = self
+            .lanes
+            .iter()
+            .any(Option::is_some)
+            .then(|| self.sampled_at.saturating_add(IDLE_SAMPLE_INTERVAL));
+        [
+            self.pacing.next_release(),
+            self.expiry_at,
+            self.stall_check_at,
+            idle_sample,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    // ---- what the shell reports ---------------------------------------------------
 
     /// The index of the site with this id.
     pub fn site_index(&self, id: &str) -> Option<SiteIdx> {
@@ -170,59 +580,6 @@ impl DataPath {
         &self.sites[site.0 as usize].id
     }
 
-    /// Registers a new lane of `site` that is up, and returns its id. `rank` is the
-    /// uplink's position in the entry's configuration, `rate_kbps` its rate in this
-    /// gateway's sending direction, when known.
-    pub fn add_lane(
-        &mut self,
-        site: SiteIdx,
-        colour: Colour,
-        rank: u32,
-        rate_kbps: Option<u64>,
-    ) -> LaneId {
-        let slot = LaneSlot { site };
-        let id = match self.lanes.iter().position(Option::is_none) {
-            Some(free) => {
-                self.lanes[free] = Some(slot);
-                LaneId(free as u32)
-            }
-            None => {
-                self.lanes.push(Some(slot));
-                LaneId(self.lanes.len() as u32 - 1)
-            }
-        };
-        self.sites[site.0 as usize].lanes.push(LaneView {
-            rank,
-            rate_kbps,
-            ..LaneView::new(id, colour)
-        });
-        id
-    }
-
-    /// Forgets a lane; its id may be handed out again.
-    pub fn remove_lane(&mut self, lane: LaneId) {
-        if let Some(Some(slot)) = self.lanes.get_mut(lane.0 as usize).map(Option::take) {
-            self.sites[slot.site.0 as usize]
-                .lanes
-                .retain(|v| v.id != lane);
-        }
-    }
-
-    /// Updates what changes of a lane (state taken from quinn by the shell).
-    pub fn update_lane(&mut self, lane: LaneId, status: LaneStatus) {
-        if let Some(Some(slot)) = self.lanes.get(lane.0 as usize) {
-            let lanes = &mut self.sites[slot.site.0 as usize].lanes;
-            if let Some(v) = lanes.iter_mut().find(|v| v.id == lane) {
-                status.apply_to(v);
-            }
-        }
-    }
-
-    /// Flows the schedulers of all sites track.
-    pub fn flows_active(&self) -> usize {
-        self.sites.iter().map(|s| s.scheduler.flows()).sum()
-    }
-
     pub fn sites(&self) -> impl Iterator<Item = (SiteIdx, &str)> {
         self.sites
             .iter()
@@ -230,119 +587,119 @@ impl DataPath {
             .map(|(i, s)| (SiteIdx(i as u32), s.id.as_str()))
     }
 
-    /// The ICMP reply of the last [`TunVerdict::Reply`] (the packet itself is dropped,
-    /// counted as `too_big`).
-    pub fn reply(&self, len: usize) -> &[u8] {
-        &self.reply[..len.min(MAX_REPLY_LEN)]
+    /// Packets dropped for `reason` so far.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped[reason as usize]
     }
 
-    /// Decides what happens to one packet read from the TUN device, with no pacing in
-    /// between: [`DataPath::admit_tun_packet`] then [`DataPath::forward`].
-    pub fn handle_tun_packet(&mut self, buf: &mut [u8], now: Instant) -> TunVerdict {
-        match self.admit_tun_packet(buf) {
-            Ok(Admitted { site, info }) => self.forward(site, &info, buf, now),
-            Err(verdict) => verdict,
-        }
+    /// Packets of a site received after a later-sent packet of their flow.
+    pub fn reordered(&self, site: SiteIdx) -> u64 {
+        self.sites[site.0 as usize].reordered
     }
 
-    /// The first half of handling a packet read from the TUN device: checks it, finds
-    /// its site and clamps TCP SYNs' MSS (rewriting the packet in place). A packet
-    /// that is not admitted comes back as the verdict to carry out.
-    pub fn admit_tun_packet(&mut self, buf: &mut [u8]) -> Result<Admitted, TunVerdict> {
-        let info = match PacketInfo::parse(buf) {
-            Ok(info) => info,
-            Err(_) => return Err(TunVerdict::Drop(DropReason::Malformed)),
-        };
-        if info.to_link_local() {
-            return Err(TunVerdict::Drop(DropReason::LinkLocal));
-        }
-        let site = match self.role {
-            Role::Entry => SiteIdx(0),
-            Role::Exit => match self.site_by_prefix.lookup(info.dst) {
-                Some(site) => site,
-                None => return Err(TunVerdict::Drop(DropReason::NoSite)),
-            },
-        };
-        info.clamp_tcp_mss(buf, || self.max_mss(site, info.is_ipv6()));
-        Ok(Admitted { site, info })
+    /// Flows the schedulers of all sites track.
+    pub fn flows_active(&self) -> usize {
+        self.sites.iter().map(|s| s.scheduler.flows()).sum()
     }
 
-    /// The second half, once pacing let the packet go: picks its lane, or answers
+    /// A lane as the scheduler sees it, and what it carried.
+    pub fn lane(&self, lane: LaneId) -> Option<(&LaneView, &LaneCounters)> {
+        let l = self.lanes.get(lane.0 as usize)?.as_ref()?;
+        let view = self.sites[l.site.0 as usize]
+            .lanes
+            .iter()
+            .find(|v| v.id == lane)?;
+        Some((view, &l.counters))
+    }
+
+    /// Lanes that are up.
+    pub fn lanes_up(&self) -> usize {
+        self.sites
+            .iter()
+            .map(|s| s.lanes.iter().filter(|v| v.up).count())
+            .sum()
+    }
+
+    /// Per-application pacing state (tables, queues, flows, targets).
+    pub fn pacing(&self) -> &AppPacing<impl Sized> {
+        &self.pacing
+    }
+
+    /// What an application of a site carried and lost.
+    pub fn app_counters(&self, site: SiteIdx, app: AppIdx) -> AppCounters {
+        self.pacing.counters(site, app)
+    }
+
+    // ---- helpers ------------------------------------------------------------------
+
+    /// Picks the lane of a packet its pacer let go and queues it there, or answers
     /// with an ICMP error when it is too big for that lane.
-    pub fn forward(
-        &mut self,
-        site: SiteIdx,
-        info: &PacketInfo,
-        buf: &mut [u8],
-        now: Instant,
-    ) -> TunVerdict {
-        let site = &mut self.sites[site.0 as usize];
+    fn forward(&mut self, site_idx: SiteIdx, app: AppIdx, packet: Packet, now: Instant) {
+        let Packet { info, mut datagram } = packet;
+        let site = &mut self.sites[site_idx.0 as usize];
         let Some(pick) = site
             .scheduler
             .pick(info.flow_key(), info.len, &site.lanes, now)
         else {
-            return TunVerdict::Drop(DropReason::NoLane);
+            return self.count_drop(DropReason::NoLane);
         };
-        let lane = &mut site.lanes[pick.lane];
-        if info.len <= lane.max_datagram {
-            // Until the shell's next snapshot, the packet counts towards the lane's
-            // fill, so that a batch of packets does not all pick the same lane.
-            lane.fill += info.len as u64;
-            let seq = site.tx_seq;
-            site.tx_seq = seq.wrapping_add(1);
-            return TunVerdict::Forward(Forward {
-                lane: lane.id,
-                seq,
-                kind: pick.kind,
-            });
+        let view = &mut site.lanes[pick.lane];
+        if info.len > view.max_datagram {
+            let mtu = u16::try_from(view.max_datagram).unwrap_or(u16::MAX);
+            return self.too_big(&info, &datagram[DATAGRAM_HEADER_LEN..], mtu);
         }
-        let lane = *lane;
-        if !info.dont_fragment {
-            return TunVerdict::Drop(DropReason::TooBig);
+        let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
+            return self.count_drop(DropReason::NoLane);
+        };
+        let len = datagram.len() as u64;
+        if lane.queued_bytes() + len > self.lane_queue_limit {
+            return self.count_drop(DropReason::QueueFull);
         }
-        let mtu = u16::try_from(lane.max_datagram).unwrap_or(u16::MAX);
-        match icmp::write_too_big(buf, info.src, info.dst, mtu, &mut self.reply) {
-            Some(n) => TunVerdict::Reply(n),
-            None => TunVerdict::Drop(DropReason::TooBig),
+        // Until the next sample, the packet counts towards the lane's fill, so that a
+        // batch of packets does not all pick the same lane.
+        view.fill += info.len as u64;
+        lane.handed_bytes += len;
+        lane.counters.decisions[pick.kind as usize] += 1;
+        write_datagram_header(&mut datagram, site.tx_seq);
+        site.tx_seq = site.tx_seq.wrapping_add(1);
+        let direction = self.pacing.direction();
+        self.pacing
+            .count_carried(site_idx, app, direction, info.len);
+        self.transmits.push_back(Transmit {
+            lane: view.id,
+            datagram: datagram.freeze(),
+        });
+    }
+
+    fn forward_released(&mut self, released: &mut Vec<(SiteIdx, AppIdx, Packet)>, now: Instant) {
+        for (site, app, packet) in released.drain(..) {
+            self.forward(site, app, packet, now);
         }
     }
 
-    /// Checks a datagram received on `lane` before its packet is written to the TUN
-    /// device: after the header it must hold exactly one IP packet and, at the exit,
-    /// come from an address of the lane's own site. Counts reordering per flow.
-    pub fn handle_lane_datagram(
-        &mut self,
-        lane: LaneId,
-        datagram: &[u8],
-        now: Instant,
-    ) -> Result<Delivery, DropReason> {
-        let Some(Some(slot)) = self.lanes.get(lane.0 as usize).copied() else {
-            return Err(DropReason::NoLane);
-        };
-        let (seq, packet) = split_datagram(datagram).ok_or(DropReason::Malformed)?;
-        let info = PacketInfo::parse(packet).map_err(|_| DropReason::Malformed)?;
-        if self.role == Role::Exit && self.site_by_prefix.lookup(info.src) != Some(slot.site) {
-            return Err(DropReason::Spoofed);
+    /// Drops a packet too big for its lane and, where the sender asked not to
+    /// fragment, writes the ICMP error that tells it the lane's MTU.
+    fn too_big(&mut self, info: &PacketInfo, packet: &[u8], mtu: u16) {
+        self.count_drop(DropReason::TooBig);
+        if !info.dont_fragment {
+            return;
         }
-        let site = &mut self.sites[slot.site.0 as usize];
-        site.rx_seq.expire(now, |_| {});
-        let flow = info.flow_key();
-        let highest = site.rx_seq.get(flow).map(|e| e.value);
-        // Serial number arithmetic: `seq` is older than `highest` when the difference,
-        // read as signed, is negative.
-        let reordered = highest.is_some_and(|h| (seq.wrapping_sub(h) as i32) < 0);
-        let newest = if reordered {
-            highest.unwrap_or(seq)
-        } else {
-            seq
-        };
-        site.rx_seq.record(flow, newest, now);
-        Ok(Delivery {
-            offset: datagram.len() - packet.len(),
-            site: slot.site,
-            reordered,
-            info,
-        })
+        if let Some(n) = icmp::write_too_big(packet, info.src, info.dst, mtu, &mut self.reply) {
+            self.tun_writes
+                .push_back(Bytes::copy_from_slice(&self.reply[..n]));
+        }
+    }
+
+    fn count_drop(&mut self, reason: DropReason) {
+        self.dropped[reason as usize] += 1;
+    }
+
+    /// A flow table was (or may have been) written at `now`: its entry expires one
+    /// flow timeout later, no earlier than any entry already there.
+    fn flows_touched(&mut self, now: Instant) {
+        if self.expiry_at.is_none() {
+            self.expiry_at = Some(now.saturating_add(self.flow_idle_timeout));
+        }
     }
 
     /// Largest TCP MSS whose segments fit both the TUN MTU and every live lane of the
@@ -359,15 +716,28 @@ impl DataPath {
     }
 }
 
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::core::packet::tests::{tcp_syn_v4, udp_v6};
-    use crate::core::wire::{DATAGRAM_HEADER_LEN, write_datagram_header};
+    use crate::core::packet::tests::{tcp_syn_v4, tcp_v4, udp_v6};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-    fn engine(role: Role, algorithm: Algorithm) -> DataPath {
-        DataPath::new(EngineConfig {
+    const MS: u64 = 1_000_000;
+
+    pub fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * MS)
+    }
+
+    pub fn config(role: Role, algorithm: Algorithm) -> EngineConfig {
+        EngineConfig {
             role,
             sites: vec![
                 SiteSpec {
@@ -383,35 +753,73 @@ mod tests {
             algorithm,
             flow_idle_timeout: Duration::from_secs(10),
             max_flows: 100,
-        })
+            default_rate_kbps: None,
+            lane_stall: LANE_STALL,
+            lane_queue_limit: LANE_QUEUE_LIMIT,
+        }
+    }
+
+    fn engine(role: Role, algorithm: Algorithm) -> DataPath {
+        DataPath::new(config(role, algorithm))
     }
 
     fn exit_engine() -> DataPath {
         engine(Role::Exit, Algorithm::RoundRobin)
     }
 
-    fn status(max_datagram: usize) -> LaneStatus {
-        LaneStatus {
-            up: true,
+    fn sample(max_datagram: usize, rx_datagrams: u64) -> LaneSample {
+        LaneSample {
             srtt: Duration::from_millis(20),
             cwnd: 100_000,
-            fill: 0,
             max_datagram,
+            rx_datagrams,
+            ..LaneSample::default()
         }
     }
 
-    fn up(engine: &mut DataPath, site: &str, max_datagram: usize) -> LaneId {
-        let idx = engine.site_index(site).expect("site");
-        let id = engine.add_lane(idx, Colour::Blue, 0, None);
-        engine.update_lane(id, status(max_datagram));
+    /// Brings up a lane of `site` over `uplink` at `now`, sampled as live.
+    fn lane_up(
+        e: &mut DataPath,
+        site: &str,
+        uplink: &str,
+        max_datagram: usize,
+        now: Instant,
+    ) -> LaneId {
+        let up = LaneUp {
+            site,
+            uplink,
+            colour: Colour::Blue,
+            rank: 0,
+            rate_kbps: None,
+        };
+        let id = e.handle_lane_up(up, now).expect("known site");
+        e.handle_lane_sample(id, sample(max_datagram, 1), now);
         id
     }
 
-    fn forwarded_on(v: TunVerdict) -> LaneId {
-        match v {
-            TunVerdict::Forward(f) => f.lane,
-            other => panic!("expected a forward, got {other:?}"),
-        }
+    /// A lane over a fresh uplink, at time zero.
+    fn up(e: &mut DataPath, site: &str, max_datagram: usize) -> LaneId {
+        let uplink = format!("up{}", e.lanes.len());
+        lane_up(e, site, &uplink, max_datagram, Instant::ZERO)
+    }
+
+    /// Hands `packet` in as read from the TUN device.
+    pub fn send(e: &mut DataPath, packet: &[u8], now: Instant) {
+        let mut datagram = BytesMut::zeroed(DATAGRAM_HEADER_LEN);
+        datagram.extend_from_slice(packet);
+        e.handle_tun_packet(datagram, now);
+    }
+
+    fn transmits(e: &mut DataPath) -> Vec<Transmit> {
+        std::iter::from_fn(|| e.poll_transmit()).collect()
+    }
+
+    /// Sends `packet` and returns the lane it went out on.
+    fn sent_on(e: &mut DataPath, packet: &[u8], now: Instant) -> Option<LaneId> {
+        send(e, packet, now);
+        let out = transmits(e);
+        assert!(out.len() <= 1, "{out:?}");
+        out.first().map(|t| t.lane)
     }
 
     /// A TCP SYN with DF set from the server side towards site a's host.
@@ -429,11 +837,11 @@ mod tests {
     }
 
     /// `packet` behind a datagram header carrying `seq`.
-    fn datagram(seq: u32, packet: &[u8]) -> Vec<u8> {
+    fn datagram(seq: u32, packet: &[u8]) -> Bytes {
         let mut d = vec![0; DATAGRAM_HEADER_LEN];
         write_datagram_header(&mut d, seq);
         d.extend_from_slice(packet);
-        d
+        Bytes::from(d)
     }
 
     #[test]
@@ -441,27 +849,22 @@ mod tests {
         let mut e = exit_engine();
         let a = up(&mut e, "a", 1400);
         let b = up(&mut e, "b", 1400);
-        let mut pkt = to_site_a();
-        assert_eq!(
-            forwarded_on(e.handle_tun_packet(&mut pkt, Instant::ZERO)),
-            a
-        );
+        assert_eq!(sent_on(&mut e, &to_site_a(), Instant::ZERO), Some(a));
         let mut v6 = udp_v6(100);
         v6[24..40].copy_from_slice(&"fd00::9".parse::<Ipv6Addr>().expect("ip").octets());
-        assert_eq!(forwarded_on(e.handle_tun_packet(&mut v6, Instant::ZERO)), b);
+        assert_eq!(sent_on(&mut e, &v6, Instant::ZERO), Some(b));
     }
 
     #[test]
     fn each_site_numbers_its_packets_in_sending_order() {
         let mut e = exit_engine();
         up(&mut e, "a", 1400);
-        let seqs: Vec<u32> = (0..3)
-            .map(
-                |_| match e.handle_tun_packet(&mut to_site_a(), Instant::ZERO) {
-                    TunVerdict::Forward(f) => f.seq,
-                    other => panic!("{other:?}"),
-                },
-            )
+        for _ in 0..3 {
+            send(&mut e, &to_site_a(), Instant::ZERO);
+        }
+        let seqs: Vec<u32> = transmits(&mut e)
+            .iter()
+            .map(|t| split_datagram(&t.datagram).expect("header").0)
             .collect();
         assert_eq!(seqs, [0, 1, 2]);
     }
@@ -469,16 +872,13 @@ mod tests {
     #[test]
     fn exit_drops_unknown_destinations_and_sites_without_lanes() {
         let mut e = exit_engine();
-        let mut to_a = to_site_a();
-        assert_eq!(
-            e.handle_tun_packet(&mut to_a, Instant::ZERO),
-            TunVerdict::Drop(DropReason::NoLane)
-        );
-        let mut elsewhere = tcp_syn_v4(1460); // destined to 198.19.0.2: no site
-        assert_eq!(
-            e.handle_tun_packet(&mut elsewhere, Instant::ZERO),
-            TunVerdict::Drop(DropReason::NoSite)
-        );
+        assert_eq!(sent_on(&mut e, &to_site_a(), Instant::ZERO), None);
+        assert_eq!(e.dropped(DropReason::NoLane), 1);
+        // Destined to 198.19.0.2: no site.
+        assert_eq!(sent_on(&mut e, &tcp_syn_v4(1460), Instant::ZERO), None);
+        assert_eq!(e.dropped(DropReason::NoSite), 1);
+        send(&mut e, b"garbage", Instant::ZERO);
+        assert_eq!(e.dropped(DropReason::Malformed), 1);
     }
 
     #[test]
@@ -486,22 +886,19 @@ mod tests {
         let mut e = exit_engine();
         let a = up(&mut e, "a", 1400);
         let b = up(&mut e, "b", 1400);
-        let from_a = datagram(0, &tcp_syn_v4(1460)); // source 198.18.0.2, site a
-        let delivered = e
-            .handle_lane_datagram(a, &from_a, Instant::ZERO)
-            .expect("own source");
-        assert_eq!(delivered.offset, DATAGRAM_HEADER_LEN);
+        let from_a = tcp_syn_v4(1460); // source 198.18.0.2, site a
+        e.handle_lane_datagram(a, datagram(0, &from_a), Instant::ZERO);
+        assert_eq!(e.poll_tun_write().as_deref(), Some(&from_a[..]));
+        e.handle_lane_datagram(b, datagram(1, &from_a), Instant::ZERO);
+        assert_eq!(e.dropped(DropReason::Spoofed), 1);
+        e.handle_lane_datagram(a, datagram(2, b"garbage"), Instant::ZERO);
+        e.handle_lane_datagram(a, Bytes::from_static(b"abc"), Instant::ZERO);
+        assert_eq!(e.dropped(DropReason::Malformed), 2);
+        assert_eq!(e.poll_tun_write(), None);
+        let (_, counters) = e.lane(a).expect("lane a");
         assert_eq!(
-            e.handle_lane_datagram(b, &from_a, Instant::ZERO),
-            Err(DropReason::Spoofed)
-        );
-        assert_eq!(
-            e.handle_lane_datagram(a, &datagram(1, b"garbage"), Instant::ZERO),
-            Err(DropReason::Malformed)
-        );
-        assert_eq!(
-            e.handle_lane_datagram(a, b"abc", Instant::ZERO),
-            Err(DropReason::Malformed)
+            (counters.rx_packets, counters.rx_bytes),
+            (3, 4 + 48 + 4 + 7 + 3)
         );
     }
 
@@ -509,54 +906,55 @@ mod tests {
     fn a_packet_overtaken_by_a_later_one_of_its_flow_is_counted_as_reordered() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let lane = up(&mut e, "a", 1400);
+        let site = SiteIdx(0);
         let flow_x = tcp_syn_v4(1460);
         let flow_y = udp_v6(10);
-        let got = |e: &mut DataPath, seq, pkt: &[u8]| {
-            e.handle_lane_datagram(lane, &datagram(seq, pkt), Instant::ZERO)
-                .expect("valid")
-                .reordered
+        let mut got = |seq, pkt: &[u8]| {
+            let before = e.reordered(site);
+            e.handle_lane_datagram(lane, datagram(seq, pkt), Instant::ZERO);
+            assert!(e.poll_tun_write().is_some(), "delivered either way");
+            e.reordered(site) > before
         };
-        assert!(!got(&mut e, 10, &flow_x));
-        assert!(!got(&mut e, 12, &flow_x));
-        assert!(!got(&mut e, 11, &flow_y), "another flow's order is its own");
-        assert!(
-            got(&mut e, 11, &flow_x),
-            "11 arrived after 12 of the same flow"
-        );
-        assert!(!got(&mut e, 13, &flow_x));
+        assert!(!got(10, &flow_x));
+        assert!(!got(12, &flow_x));
+        assert!(!got(11, &flow_y), "another flow's order is its own");
+        assert!(got(11, &flow_x), "11 arrived after 12 of the same flow");
+        assert!(!got(13, &flow_x));
         // Sequence numbers wrap around.
         let mut flow_z = udp_v6(10);
         flow_z[40..42].copy_from_slice(&7777u16.to_be_bytes());
-        assert!(!got(&mut e, u32::MAX, &flow_z));
-        assert!(!got(&mut e, 0, &flow_z));
-        assert!(got(&mut e, u32::MAX - 1, &flow_z));
+        assert!(!got(u32::MAX, &flow_z));
+        assert!(!got(0, &flow_z));
+        assert!(got(u32::MAX - 1, &flow_z));
     }
 
     #[test]
     fn too_big_packets_get_an_icmp_reply_with_the_lane_mtu() {
         let mut e = exit_engine();
         up(&mut e, "a", 40); // the SYN is 48 bytes
-        let mut pkt = to_site_a();
-        let TunVerdict::Reply(n) = e.handle_tun_packet(&mut pkt, Instant::ZERO) else {
-            panic!("expected an ICMP reply");
-        };
-        let reply = PacketInfo::parse(e.reply(n)).expect("valid reply");
+        let pkt = to_site_a();
+        assert_eq!(sent_on(&mut e, &pkt, Instant::ZERO), None);
+        assert_eq!(e.dropped(DropReason::TooBig), 1);
+        let reply = e.poll_tun_write().expect("an ICMP error");
+        let reply = PacketInfo::parse(&reply).expect("valid reply");
         assert_eq!(reply.dst, PacketInfo::parse(&pkt).expect("valid").src);
         assert_eq!(reply.src, IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)));
     }
 
     #[test]
     fn syn_mss_is_clamped_to_the_tun_mtu_or_the_smallest_lane() {
+        let mss_sent = |e: &mut DataPath| {
+            send(e, &to_site_a(), Instant::ZERO);
+            let t = transmits(e).pop().expect("sent");
+            let pkt = &t.datagram[DATAGRAM_HEADER_LEN..];
+            u16::from_be_bytes([pkt[42], pkt[43]])
+        };
         let mut e = exit_engine(); // TUN MTU 1400
         let big = up(&mut e, "a", 1500);
-        let mut pkt = to_site_a();
-        e.handle_tun_packet(&mut pkt, Instant::ZERO);
-        assert_eq!(u16::from_be_bytes([pkt[42], pkt[43]]), 1360);
-        e.remove_lane(big);
+        assert_eq!(mss_sent(&mut e), 1360);
+        e.handle_lane_closed(big);
         up(&mut e, "a", 1300);
-        let mut pkt = to_site_a();
-        e.handle_tun_packet(&mut pkt, Instant::ZERO);
-        assert_eq!(u16::from_be_bytes([pkt[42], pkt[43]]), 1260);
+        assert_eq!(mss_sent(&mut e), 1260);
     }
 
     #[test]
@@ -564,27 +962,20 @@ mod tests {
         let mut e = exit_engine();
         let a1 = up(&mut e, "a", 1400);
         let a2 = up(&mut e, "a", 1400);
-        e.remove_lane(a1);
-        let mut pkt = to_site_a();
-        assert_eq!(
-            forwarded_on(e.handle_tun_packet(&mut pkt, Instant::ZERO)),
-            a2
-        );
+        e.handle_lane_closed(a1);
+        assert_eq!(sent_on(&mut e, &to_site_a(), Instant::ZERO), Some(a2));
         let again = up(&mut e, "a", 1400);
         assert_eq!(again, a1);
-        e.remove_lane(a2);
-        e.remove_lane(again);
-        let mut pkt = to_site_a();
-        assert_eq!(
-            e.handle_tun_packet(&mut pkt, Instant::ZERO),
-            TunVerdict::Drop(DropReason::NoLane)
-        );
+        e.handle_lane_closed(a2);
+        e.handle_lane_closed(again);
+        assert_eq!(sent_on(&mut e, &to_site_a(), Instant::ZERO), None);
+        assert_eq!(e.dropped(DropReason::NoLane), 1);
     }
 
     #[test]
     fn afmt_spreads_new_flows_within_one_batch_by_counting_what_it_queued() {
-        // Between two snapshots from quinn, the engine adds each packet to its lane's
-        // fill; otherwise every new flow of a batch would pick the same lane.
+        // Between two samples, the engine adds each packet to its lane's fill;
+        // otherwise every new flow of a batch would pick the same lane.
         let mut e = engine(Role::Exit, Algorithm::Afmt);
         let a = up(&mut e, "a", 1400);
         let b = up(&mut e, "a", 1400);
@@ -592,9 +983,163 @@ mod tests {
         for port in 0..4u16 {
             let mut pkt = to_site_a();
             pkt[20..22].copy_from_slice(&(1000 + port).to_be_bytes()); // another flow
-            lanes.push(forwarded_on(e.handle_tun_packet(&mut pkt, Instant::ZERO)));
+            lanes.push(sent_on(&mut e, &pkt, Instant::ZERO).expect("sent"));
         }
         assert_eq!(lanes, [a, b, a, b]);
         assert_eq!(e.flows_active(), 4);
+        let decided = |l| e.lane(l).expect("lane").1.decisions[DecisionKind::NewFlow as usize];
+        assert_eq!((decided(a), decided(b)), (2, 2));
+    }
+
+    #[test]
+    fn a_lane_that_falls_silent_is_not_scheduled_from_exactly_the_stall_time() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // b hears from its peer until 100 ms, a keeps hearing.
+        for t in [50, 100] {
+            e.handle_lane_sample(a, sample(1400, t), at(t));
+            e.handle_lane_sample(b, sample(1400, t), at(t));
+        }
+        e.handle_lane_sample(a, sample(1400, 300), at(300));
+        e.handle_lane_sample(b, sample(1400, 100), at(300));
+        e.handle_timeout(at(450));
+        assert_eq!(e.stall_check_at, Some(at(100) + LANE_STALL));
+        e.handle_timeout(at(499));
+        let lanes: Vec<_> = (0..2)
+            .filter_map(|_| sent_on(&mut e, &pkt, at(499)))
+            .collect();
+        assert!(lanes.contains(&b), "one nanosecond early b is still up");
+        e.handle_timeout(at(500));
+        for _ in 0..4 {
+            assert_eq!(sent_on(&mut e, &pkt, at(500)), Some(a));
+        }
+        assert_eq!(e.lanes_up(), 1);
+        // Its peer is heard again: b is back.
+        e.handle_lane_sample(b, sample(1400, 101), at(520));
+        let lanes: Vec<_> = (0..2)
+            .filter_map(|_| sent_on(&mut e, &pkt, at(520)))
+            .collect();
+        assert!(lanes.contains(&b));
+    }
+
+    #[test]
+    fn a_reconnected_lane_replaces_the_old_one_which_is_closed_and_never_revived() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let old = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let other = lane_up(&mut e, "a", "lte", 1400, at(0));
+        assert_eq!(e.poll_lane_close(), None, "another uplink replaces nothing");
+        let new = lane_up(&mut e, "a", "dsl", 1400, at(10));
+        assert_eq!(e.poll_lane_close(), Some(old));
+        assert_eq!(e.poll_lane_close(), None);
+        // The old connection still reports life until it is closed: it stays out.
+        e.handle_lane_sample(old, sample(1400, 99), at(20));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        let mut used: Vec<_> = (0..4)
+            .filter_map(|_| sent_on(&mut e, &pkt, at(20)))
+            .collect();
+        used.sort();
+        used.dedup();
+        assert_eq!(used, [other, new]);
+        e.handle_lane_closed(old);
+        assert!(e.lane(old).is_none());
+    }
+
+    #[test]
+    fn a_lane_queue_holds_at_most_its_limit_until_the_lane_sends() {
+        let mut cfg = config(Role::Entry, Algorithm::RoundRobin);
+        cfg.lane_queue_limit = 3 * (DATAGRAM_HEADER_LEN as u64 + 140);
+        let mut e = DataPath::new(cfg);
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80); // 140 bytes
+        for _ in 0..4 {
+            send(&mut e, &pkt, at(1));
+        }
+        assert_eq!(transmits(&mut e).len(), 3);
+        assert_eq!(e.dropped(DropReason::QueueFull), 1);
+        // The send task took two datagrams off the queue: room for two more.
+        let taken = 2 * (DATAGRAM_HEADER_LEN as u64 + 140);
+        e.handle_lane_sample(
+            lane,
+            LaneSample {
+                dequeued_bytes: taken,
+                ..sample(1400, 2)
+            },
+            at(2),
+        );
+        for _ in 0..3 {
+            send(&mut e, &pkt, at(2));
+        }
+        assert_eq!(transmits(&mut e).len(), 2);
+        assert_eq!(e.dropped(DropReason::QueueFull), 2);
+    }
+
+    #[test]
+    fn idle_flows_expire_at_the_flow_timeout_without_traffic() {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        send(&mut e, &tcp_v4("198.18.0.2", 1, "203.0.113.1", 80), at(5));
+        send(&mut e, &tcp_v4("198.18.0.2", 2, "203.0.113.1", 80), at(7));
+        e.handle_lane_datagram(
+            lane,
+            datagram(0, &tcp_v4("203.0.113.1", 80, "198.18.0.2", 1)),
+            at(8),
+        );
+        assert_eq!(e.flows_active(), 2);
+        assert_eq!(e.pacing.flows(SiteIdx(0), AppIdx::DEFAULT), 2);
+        // Without lanes, nothing but the flow timeout (10 s) is ahead.
+        e.handle_lane_closed(lane);
+        e.handle_timeout(at(9_000));
+        assert_eq!(e.poll_timeout(), Some(at(5) + Duration::from_secs(10)));
+        e.handle_timeout(at(10_005) - Duration::from_nanos(1));
+        assert_eq!(e.flows_active(), 2, "one nanosecond before the timeout");
+        e.handle_timeout(at(10_005));
+        assert_eq!(e.flows_active(), 1);
+        assert_eq!(e.pacing.flows(SiteIdx(0), AppIdx::DEFAULT), 1);
+        assert_eq!(e.poll_timeout(), Some(at(10_007)));
+        e.handle_timeout(at(10_008));
+        assert_eq!(e.flows_active(), 0);
+        assert_eq!(e.pacing.flows(SiteIdx(0), AppIdx::DEFAULT), 0);
+        assert!(e.sites[0].rx_seq.is_empty(), "the reordering table too");
+        assert_eq!(e.expiry_at, None, "nothing left to expire");
+    }
+
+    #[test]
+    fn paced_packets_leave_at_their_departure_time_and_count_only_when_sent() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        // 1120 kbit/s: a 140-byte packet every millisecond.
+        let table = PacingTable::parse(
+            br#"{"version": 1, "apps": [{"name": "web", "match": {"remote_ports": "80"}, "rate_up_kbps": 1120}]}"#,
+        )
+        .expect("valid");
+        e.handle_pacing_table(SiteIdx(0), table, at(0));
+        let web = AppIdx(1);
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // No lane yet: the first packet leaves the pacer at once and is dropped.
+        send(&mut e, &pkt, at(0));
+        assert_eq!(e.dropped(DropReason::NoLane), 1);
+        assert_eq!(
+            e.app_counters(SiteIdx(0), web).paced_bytes,
+            0,
+            "not carried"
+        );
+        lane_up(&mut e, "a", "dsl", 1400, at(0));
+        for _ in 0..3 {
+            send(&mut e, &pkt, at(0));
+        }
+        assert!(transmits(&mut e).is_empty(), "all wait for their departure");
+        assert_eq!(e.poll_timeout(), Some(at(1)));
+        e.handle_timeout(at(1));
+        assert_eq!(transmits(&mut e).len(), 1);
+        e.handle_timeout(at(3));
+        assert_eq!(transmits(&mut e).len(), 2);
+        assert_eq!(e.app_counters(SiteIdx(0), web).paced_bytes, 3 * 140);
+        // A new table without the application sends what is queued, unpaced.
+        send(&mut e, &pkt, at(3));
+        send(&mut e, &pkt, at(3));
+        let empty = PacingTable::parse(br#"{"version": 2, "apps": []}"#).expect("valid");
+        e.handle_pacing_table(SiteIdx(0), empty, at(3));
+        assert_eq!(transmits(&mut e).len(), 2);
     }
 }

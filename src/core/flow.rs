@@ -13,7 +13,7 @@ use hashlink::LinkedHashMap;
 use super::packet::FlowKey;
 use super::time::Instant;
 
-type FixedHasher = foldhash::fast::FixedState;
+use super::hash::FixedHasher;
 
 /// One flow's entry: its value and when it was last used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,13 @@ impl<V: Copy> FlowTable<V> {
     }
 
     /// The flow's entry, if it has one (not counting as a use).
+    /// When the least recently used flow expires, if the table holds any.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.map
+            .front()
+            .map(|(_, e)| e.last_used.saturating_add(self.idle_timeout))
+    }
+
     pub fn get(&self, flow: FlowKey) -> Option<FlowEntry<V>> {
         self.map.get(&flow).copied()
     }

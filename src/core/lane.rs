@@ -57,14 +57,29 @@ pub struct LaneView {
     pub rank: u32,
 }
 
-/// The part of a lane's state that changes while it runs, read from quinn by the shell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaneStatus {
-    pub up: bool,
+/// What the shell reads from a lane's QUIC connection and its send task, once per
+/// sampling round ([`crate::core::engine::DataPath::wants_lane_samples`]): current
+/// estimates and monotonic counts. The core decides from it whether the lane is up,
+/// how full it is and what it carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LaneSample {
     pub srtt: Duration,
     pub cwnd: u64,
-    pub fill: u64,
+    /// Largest inner packet the lane can carry now (0: none).
     pub max_datagram: usize,
+    /// The connection is closed or closing.
+    pub closed: bool,
+    /// UDP datagrams the connection received so far: the lane's sign of life.
+    pub rx_datagrams: u64,
+    /// QUIC packets the connection declared lost so far.
+    pub lost_packets: u64,
+    /// Bytes of datagrams inside quinn, not yet sent.
+    pub quinn_queued_bytes: u64,
+    /// Bytes that left the lane's queue inside braid so far (sent or discarded).
+    pub dequeued_bytes: u64,
+    /// Datagrams and their bytes quinn accepted for sending so far.
+    pub sent_packets: u64,
+    pub sent_bytes: u64,
 }
 
 impl LaneView {
@@ -81,17 +96,5 @@ impl LaneView {
             rate_kbps: None,
             rank: 0,
         }
-    }
-}
-
-impl LaneStatus {
-    /// Applies this status to `view`, keeping what does not change (id, colour, rate,
-    /// rank).
-    pub fn apply_to(self, view: &mut LaneView) {
-        view.up = self.up;
-        view.srtt = self.srtt;
-        view.cwnd = self.cwnd;
-        view.fill = self.fill;
-        view.max_datagram = self.max_datagram;
     }
 }

@@ -47,6 +47,8 @@ pub struct PacketInfo {
     pub dont_fragment: bool,
     /// Offset of the transport header when the packet is not a fragment.
     transport_offset: Option<usize>,
+    /// The flow, hashed once at parsing: classifier, scheduler and reordering share it.
+    flow: FlowKey,
 }
 
 /// Fixed seed so that flow keys, and everything derived from them, are reproducible.
@@ -86,15 +88,17 @@ impl PacketInfo {
             )),
             _ => None,
         };
+        let (src, dst) = (ip.source_addr(), ip.destination_addr());
         Ok(PacketInfo {
-            src: ip.source_addr(),
-            dst: ip.destination_addr(),
+            src,
+            dst,
             proto,
             ports,
             dscp,
             len: buf.len(),
             dont_fragment,
             transport_offset: whole.then_some(header_len),
+            flow: hash_flow(src, dst, proto, ports),
         })
     }
 
@@ -116,22 +120,7 @@ impl PacketInfo {
 
     /// The flow this packet belongs to.
     pub fn flow_key(&self) -> FlowKey {
-        let mut h = foldhash::fast::FixedState::with_seed(FLOW_HASH_SEED).build_hasher();
-        match (self.src, self.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                h.write_u32(s.to_bits());
-                h.write_u32(d.to_bits());
-            }
-            (s, d) => {
-                h.write_u128(ip_bits(s));
-                h.write_u128(ip_bits(d));
-            }
-        }
-        h.write_u8(self.proto);
-        if let Some((sp, dp)) = self.ports {
-            h.write_u32((u32::from(sp) << 16) | u32::from(dp));
-        }
-        FlowKey(h.finish())
+        self.flow
     }
 
     /// Lowers the MSS option of a TCP SYN in `buf` (the packet this info was parsed
@@ -186,6 +175,27 @@ impl PacketInfo {
         }
         false
     }
+}
+
+/// The flow key of (source, destination, protocol, ports): fragments and protocols
+/// without ports hash only the first three.
+fn hash_flow(src: IpAddr, dst: IpAddr, proto: u8, ports: Option<(u16, u16)>) -> FlowKey {
+    let mut h = foldhash::fast::FixedState::with_seed(FLOW_HASH_SEED).build_hasher();
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            h.write_u32(s.to_bits());
+            h.write_u32(d.to_bits());
+        }
+        (s, d) => {
+            h.write_u128(ip_bits(s));
+            h.write_u128(ip_bits(d));
+        }
+    }
+    h.write_u8(proto);
+    if let Some((sp, dp)) = ports {
+        h.write_u32((u32::from(sp) << 16) | u32::from(dp));
+    }
+    FlowKey(h.finish())
 }
 
 /// An address as 128 bits (IPv4 in the low 32), for hashing and prefix lookups.

@@ -4,20 +4,18 @@
 //! the number of prefixes; no allocation per lookup. Prefixes of different families
 //! never match each other.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::hash::FixedMap;
 use super::packet::ip_bits;
-
-type FixedHasher = foldhash::fast::FixedState;
 
 /// Prefixes of one length: masked address -> value.
 #[derive(Debug, Clone)]
 struct Level<V> {
     len: u8,
-    entries: HashMap<u128, V, FixedHasher>,
+    entries: FixedMap<u128, V>,
 }
 
 /// A longest-prefix-match table.
@@ -76,7 +74,7 @@ impl<V: Copy> PrefixMap<V> {
 fn new_level<V>(len: u8) -> Level<V> {
     Level {
         len,
-        entries: HashMap::with_hasher(FixedHasher::default()),
+        entries: FixedMap::default(),
     }
 }
 

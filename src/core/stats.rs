@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn labels_are_unique_and_in_declaration_order() {
-        let labels: std::collections::HashSet<_> =
+        let labels: crate::core::hash::FixedSet<_> =
             DropReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(labels.len(), DropReason::ALL.len());
         for (i, r) in DropReason::ALL.iter().enumerate() {

@@ -24,8 +24,37 @@ impl Instant {
     }
 
     /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.
+    /// `self + d`, saturating at the end of time.
+    pub fn saturating_add(self, d: Duration) -> Instant {
+        Instant(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
     pub fn saturating_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+/// Saturating, like every time calculation of the core.
+impl std::ops::Add<Duration> for Instant {
+    type Output = Instant;
+
+    fn add(self, d: Duration) -> Instant {
+        self.saturating_add(d)
+    }
+}
+
+/// Saturating at time zero.
+impl std::ops::Sub<Duration> for Instant {
+    type Output = Instant;
+
+    fn sub(self, d: Duration) -> Instant {
+        Instant(
+            self.0
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
     }
 }
 
@@ -42,6 +71,11 @@ mod tests {
         assert_eq!(
             Instant::ZERO.saturating_since(Instant::from_nanos(u64::MAX)),
             Duration::ZERO
+        );
+        assert_eq!(early - Duration::from_secs(1), Instant::ZERO);
+        assert_eq!(
+            Instant::from_nanos(u64::MAX) + Duration::from_nanos(1),
+            Instant::from_nanos(u64::MAX)
         );
     }
 }

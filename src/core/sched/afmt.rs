@@ -103,9 +103,7 @@ impl Scheduler for Afmt {
         lanes: &[LaneView],
         now: Instant,
     ) -> Option<Pick> {
-        let busy_on = &mut self.busy_on;
-        self.busy.expire(now, |lane| remove_flow(busy_on, lane));
-        self.flows.expire(now, |_| ());
+        self.expire(now);
         let known = self.flows.get(flow);
         // The lane this flow is counted on while busy.
         let counted_on = self.busy.get(flow).map(|e| e.value);
@@ -187,6 +185,18 @@ impl Scheduler for Afmt {
 
     fn flows(&self) -> usize {
         self.flows.len()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let busy_on = &mut self.busy_on;
+        self.busy.expire(now, |lane| remove_flow(busy_on, lane));
+        self.flows.expire(now, |_| ());
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        // The busy table forgets sooner than the flow table, but both at once is
+        // enough: a lane's busy count only matters when a packet is scheduled.
+        self.flows.next_expiry()
     }
 }
 

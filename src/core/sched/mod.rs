@@ -84,6 +84,14 @@ pub trait Scheduler: Send {
     fn flows(&self) -> usize {
         0
     }
+
+    /// Forgets flows idle for the flow timeout at `now`.
+    fn expire(&mut self, _now: Instant) {}
+
+    /// When [`Scheduler::expire`] will next forget a flow, if it tracks any.
+    fn next_expiry(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// The scheduling algorithms a gateway can be configured with (`scheduler.algorithm`).

@@ -1,7 +1,5 @@
-//! The shell around per-application pacing: the controller's side (tables received
-//! through the admin API, checked, persisted to `pacing.state_file`, handed to the
-//! driver) and the driver's side (per-application byte counters, metrics, and the
-//! once-a-second report behind `GET /v1/sites/{site}/apps`).
+//! The controller's side of per-application pacing: tables received through the
+//! admin API, checked, persisted to `pacing.state_file` and handed to the data path.
 //!
 //! A table takes effect in this order: validated (400 otherwise), version checked
 //! against the current one (409), written to the state file (temporary file, fsync,
@@ -15,14 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::apps::{AppIdx, Direction, PacingTable};
+use crate::app_stats::SiteReport;
 use crate::core::engine::SiteIdx;
-use crate::core::pacing::AppPacing;
-use crate::core::time::Instant;
-use crate::metrics::{AppMetrics, Metrics};
+use crate::core::pacing_table::PacingTable;
 
 /// What the admin API asks of the driver.
 pub enum PacingCommand {
@@ -204,184 +199,6 @@ impl PacingControl {
         let idx = self.site_index(site)?;
         let report = self.report.lock().unwrap_or_else(|e| e.into_inner());
         report.get(idx.0 as usize).cloned()
-    }
-}
-
-/// What `GET /v1/sites/{site}/apps` answers.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct SiteReport {
-    pub site: String,
-    pub version: u64,
-    /// The direction this gateway paces (`up` at the entry, `down` at the exit).
-    pub paced_direction: &'static str,
-    pub apps: Vec<AppReport>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AppReport {
-    pub name: String,
-    /// Flows seen in the paced direction within the flow timeout.
-    pub flows: u64,
-    pub target_bps: u64,
-    /// Measured over the last second.
-    pub rate_up_bps: u64,
-    pub rate_down_bps: u64,
-    pub queue_bytes: u64,
-    pub drops: u64,
-}
-
-/// One application's metrics, which are also its byte and drop counts.
-struct AppCounter {
-    name: String,
-    /// In the paced direction: target, bytes, queue, drops.
-    paced: AppMetrics,
-    /// Bytes in the other direction.
-    other_bytes: prometheus::IntCounter,
-    /// (paced, other) bytes at the last sample, for the rates.
-    bytes_at_sample: [u64; 2],
-}
-
-/// The driver's per-application accounting.
-pub struct AppStats {
-    metrics: Arc<Metrics>,
-    site_ids: Vec<String>,
-    direction: Direction,
-    /// By site, by `AppIdx`.
-    counters: Vec<Vec<AppCounter>>,
-    report: Arc<Mutex<Vec<SiteReport>>>,
-    sampled_at: Instant,
-}
-
-impl AppStats {
-    pub fn new<T>(
-        metrics: Arc<Metrics>,
-        site_ids: Vec<String>,
-        pacing: &AppPacing<T>,
-        report: Arc<Mutex<Vec<SiteReport>>>,
-    ) -> AppStats {
-        let mut stats = AppStats {
-            metrics,
-            counters: site_ids.iter().map(|_| Vec::new()).collect(),
-            site_ids,
-            direction: pacing.direction(),
-            report,
-            sampled_at: Instant::ZERO,
-        };
-        for i in 0..stats.site_ids.len() {
-            stats.rebuild(SiteIdx(i as u32), pacing);
-        }
-        stats
-    }
-
-    /// Takes a site's applications anew after its table changed; counters of
-    /// applications that stay carry on.
-    pub fn rebuild<T>(&mut self, site: SiteIdx, pacing: &AppPacing<T>) {
-        let site_id = &self.site_ids[site.0 as usize];
-        let table = pacing.table(site);
-        let mut old: BTreeMap<String, AppCounter> =
-            std::mem::take(&mut self.counters[site.0 as usize])
-                .into_iter()
-                .map(|c| (c.name.clone(), c))
-                .collect();
-        let (paced, other_dir) = (self.direction.as_str(), self.direction.reverse().as_str());
-        let counters = (0..pacing.apps(site))
-            .map(|i| {
-                let name = table.name(AppIdx(i as u32));
-                old.remove(name).unwrap_or_else(|| {
-                    let (paced, other_bytes) = (
-                        self.metrics.app(site_id, name, paced),
-                        self.metrics.app(site_id, name, other_dir).tx_bytes,
-                    );
-                    AppCounter {
-                        name: name.to_string(),
-                        bytes_at_sample: [paced.tx_bytes.get(), other_bytes.get()],
-                        paced,
-                        other_bytes,
-                    }
-                })
-            })
-            .collect();
-        for gone in old.keys() {
-            self.metrics.remove_app(site_id, gone, paced);
-            self.metrics.remove_app(site_id, gone, other_dir);
-        }
-        self.counters[site.0 as usize] = counters;
-        for i in 0..pacing.apps(site) {
-            let app = AppIdx(i as u32);
-            let target = pacing.target_bps(site, app);
-            self.counters[site.0 as usize][i]
-                .paced
-                .target_bps
-                .set(i64::try_from(target).unwrap_or(i64::MAX));
-        }
-    }
-
-    /// Counts a packet of an application going `direction`.
-    pub fn carried(&self, site: SiteIdx, app: AppIdx, direction: Direction, len: usize) {
-        if let Some(c) = self.counters[site.0 as usize].get(app.0 as usize) {
-            let bytes = if direction == self.direction {
-                &c.paced.tx_bytes
-            } else {
-                &c.other_bytes
-            };
-            bytes.inc_by(len as u64);
-        }
-    }
-
-    /// Counts a packet its application's full queue refused.
-    pub fn dropped(&self, site: SiteIdx, app: AppIdx) {
-        if let Some(c) = self.counters[site.0 as usize].get(app.0 as usize) {
-            c.paced.drops.inc();
-        }
-    }
-
-    /// Measures rates since the last sample, updates the queue gauges and publishes
-    /// the report.
-    pub fn sample<T>(&mut self, now: Instant, pacing: &AppPacing<T>) {
-        let secs = now.saturating_since(self.sampled_at).as_secs_f64();
-        self.sampled_at = now;
-        let mut reports = Vec::with_capacity(self.counters.len());
-        for (s, counters) in self.counters.iter_mut().enumerate() {
-            let site = SiteIdx(s as u32);
-            let mut apps = Vec::with_capacity(counters.len());
-            for (i, c) in counters.iter_mut().enumerate() {
-                let app = AppIdx(i as u32);
-                let bytes = [c.paced.tx_bytes.get(), c.other_bytes.get()];
-                let [paced_bps, other_bps] = [0, 1].map(|d| {
-                    let delta = bytes[d].saturating_sub(c.bytes_at_sample[d]);
-                    if secs > 0.0 {
-                        (delta as f64 * 8.0 / secs) as u64
-                    } else {
-                        0
-                    }
-                });
-                c.bytes_at_sample = bytes;
-                let (rate_up_bps, rate_down_bps) = match self.direction {
-                    Direction::Up => (paced_bps, other_bps),
-                    Direction::Down => (other_bps, paced_bps),
-                };
-                let queue = pacing.queued_bytes(site, app);
-                c.paced
-                    .queue_bytes
-                    .set(i64::try_from(queue).unwrap_or(i64::MAX));
-                apps.push(AppReport {
-                    name: c.name.clone(),
-                    flows: pacing.flows(site, app),
-                    target_bps: pacing.target_bps(site, app),
-                    rate_up_bps,
-                    rate_down_bps,
-                    queue_bytes: queue,
-                    drops: c.paced.drops.get(),
-                });
-            }
-            reports.push(SiteReport {
-                site: self.site_ids[s].clone(),
-                version: pacing.table(site).version,
-                paced_direction: self.direction.as_str(),
-                apps,
-            });
-        }
-        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = reports;
     }
 }
 

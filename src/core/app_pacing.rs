@@ -8,13 +8,14 @@
 //! its packets) under the new rate; the packets of applications that are gone are
 //! handed back to be sent unpaced, never dropped.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use super::apps::{AppIdx, AppSpec, Classifier, Direction, PacingTable};
+use super::classify::Classifier;
 use super::engine::SiteIdx;
 use super::flow::FlowTable;
+use super::hash::FixedMap;
 use super::pacer::{Enqueued, PaceSpec, Pacer, SlotId};
+use super::pacing_table::{AppIdx, AppSpec, Direction, PacingTable};
 use super::packet::{FlowKey, PacketInfo};
 use super::time::Instant;
 
@@ -23,6 +24,17 @@ use super::time::Instant;
 /// application should not hold seconds of it.
 pub fn default_queue_limit(rate_bps: u64) -> u64 {
     (rate_bps / 8 / 10).max(16 * 1024)
+}
+
+/// What an application carried and lost, counted once, after the data path's verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppCounters {
+    /// Bytes of packets sent on a lane in the paced direction.
+    pub paced_bytes: u64,
+    /// Bytes of packets delivered to the TUN device in the other direction.
+    pub other_bytes: u64,
+    /// Packets the application's full queue refused.
+    pub drops: u64,
 }
 
 /// A flow's application, as the per-flow cache keeps it.
@@ -44,6 +56,8 @@ struct SiteApps {
     flows: Vec<u64>,
     /// The pacer queue of each application (by `AppIdx`).
     slots: Vec<SlotId>,
+    /// The counters of each application (by `AppIdx`).
+    counters: Vec<AppCounters>,
 }
 
 /// All sites' applications and their pacer.
@@ -87,6 +101,7 @@ impl<T> AppPacing<T> {
                 cache: FlowTable::new(flow_idle_timeout, max_flows),
                 flows: vec![0],
                 slots: vec![default],
+                counters: vec![AppCounters::default()],
             });
         }
         pacing
@@ -132,7 +147,7 @@ impl<T> AppPacing<T> {
     ) {
         let old = &self.sites[site.0 as usize];
         // Name -> queue of the old table's applications; what is left over is gone.
-        let mut old_slots: HashMap<&str, SlotId> = old
+        let mut old_slots: FixedMap<&str, SlotId> = old
             .table
             .apps
             .iter()
@@ -144,6 +159,22 @@ impl<T> AppPacing<T> {
             .iter()
             .map(|a| old_slots.remove(a.name.as_str()))
             .collect();
+        // Counters follow their application's name, like its queue.
+        let mut old_counters: FixedMap<&str, AppCounters> = old
+            .table
+            .apps
+            .iter()
+            .zip(&old.counters[1..])
+            .map(|(a, c)| (a.name.as_str(), *c))
+            .collect();
+        let mut counters = Vec::with_capacity(table.apps.len() + 1);
+        counters.push(old.counters[0]);
+        counters.extend(
+            table
+                .apps
+                .iter()
+                .map(|a| old_counters.remove(a.name.as_str()).unwrap_or_default()),
+        );
         let mut gone: Vec<SlotId> = old_slots.into_values().collect();
         gone.sort();
         let default = old.slots[0];
@@ -170,6 +201,7 @@ impl<T> AppPacing<T> {
         s.cache = FlowTable::new(self.flow_idle_timeout, self.max_flows);
         s.flows = vec![0; table.apps.len() + 1];
         s.slots = slots;
+        s.counters = counters;
         s.table = table;
     }
 
@@ -199,7 +231,39 @@ impl<T> AppPacing<T> {
         app
     }
 
-    /// Offers a packet of an application to its queue.
+    /// Forgets flows idle for the flow timeout at `now`, in every site's cache.
+    pub fn expire(&mut self, now: Instant) {
+        for s in &mut self.sites {
+            let flows = &mut s.flows;
+            s.cache.expire(now, |gone| uncount(flows, gone));
+        }
+    }
+
+    /// When [`AppPacing::expire`] will next forget a flow.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.sites
+            .iter()
+            .filter_map(|s| s.cache.next_expiry())
+            .min()
+    }
+
+    /// Counts a packet of an application carried in `direction`.
+    pub fn count_carried(&mut self, site: SiteIdx, app: AppIdx, direction: Direction, len: usize) {
+        let c = &mut self.sites[site.0 as usize].counters[app.0 as usize];
+        if direction == self.direction {
+            c.paced_bytes += len as u64;
+        } else {
+            c.other_bytes += len as u64;
+        }
+    }
+
+    /// What an application carried and lost so far.
+    pub fn counters(&self, site: SiteIdx, app: AppIdx) -> AppCounters {
+        self.sites[site.0 as usize].counters[app.0 as usize]
+    }
+
+    /// Offers a packet of an application to its queue; a packet the full queue
+    /// refuses is counted as the application's drop.
     pub fn enqueue(
         &mut self,
         site: SiteIdx,
@@ -208,8 +272,12 @@ impl<T> AppPacing<T> {
         len: usize,
         now: Instant,
     ) -> Enqueued<T> {
-        let slot = self.sites[site.0 as usize].slots[app.0 as usize];
-        self.pacer.enqueue(slot, item, len, now)
+        let s = &mut self.sites[site.0 as usize];
+        let enqueued = self.pacer.enqueue(s.slots[app.0 as usize], item, len, now);
+        if matches!(enqueued, Enqueued::Dropped(_)) {
+            s.counters[app.0 as usize].drops += 1;
+        }
+        enqueued
     }
 
     /// Hands every packet due at `now` to `out` with its site and application.

@@ -1,0 +1,189 @@
+//! Per-application statistics of the shell: the engine's per-application counters
+//! copied into the `app_*` metrics, and the once-a-second report behind
+//! `GET /v1/sites/{site}/apps` (rates measured from the same counters).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::core::app_pacing::{AppCounters, AppPacing};
+use crate::core::engine::{DataPath, SiteIdx};
+use crate::core::pacing_table::{AppIdx, Direction};
+use crate::core::time::Instant;
+use crate::metrics::{AppMetrics, Metrics};
+
+/// What `GET /v1/sites/{site}/apps` answers.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SiteReport {
+    pub site: String,
+    pub version: u64,
+    /// The direction this gateway paces (`up` at the entry, `down` at the exit).
+    pub paced_direction: &'static str,
+    pub apps: Vec<AppReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AppReport {
+    pub name: String,
+    /// Flows seen in the paced direction within the flow timeout.
+    pub flows: u64,
+    pub target_bps: u64,
+    /// Measured over the last second.
+    pub rate_up_bps: u64,
+    pub rate_down_bps: u64,
+    pub queue_bytes: u64,
+    pub drops: u64,
+}
+
+/// One application's metrics and where its counters stood.
+struct AppCounter {
+    name: String,
+    /// In the paced direction: target, bytes, queue, drops.
+    paced: AppMetrics,
+    /// Bytes in the other direction.
+    other_bytes: prometheus::IntCounter,
+    /// The engine's counters as last copied into the metrics, and at the last report.
+    exported: AppCounters,
+    reported: AppCounters,
+}
+
+/// The shell's per-application accounting.
+pub struct AppStats {
+    metrics: Arc<Metrics>,
+    site_ids: Vec<String>,
+    direction: Direction,
+    /// By site, by `AppIdx`.
+    counters: Vec<Vec<AppCounter>>,
+    report: Arc<Mutex<Vec<SiteReport>>>,
+    reported_at: Instant,
+}
+
+impl AppStats {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        engine: &DataPath,
+        report: Arc<Mutex<Vec<SiteReport>>>,
+    ) -> AppStats {
+        let site_ids: Vec<String> = engine.sites().map(|(_, id)| id.to_string()).collect();
+        let mut stats = AppStats {
+            metrics,
+            counters: site_ids.iter().map(|_| Vec::new()).collect(),
+            site_ids,
+            direction: engine.pacing().direction(),
+            report,
+            reported_at: Instant::ZERO,
+        };
+        for i in 0..stats.site_ids.len() {
+            stats.rebuild(SiteIdx(i as u32), engine.pacing());
+        }
+        stats
+    }
+
+    /// Takes a site's applications anew after its table changed; applications that
+    /// stay keep their metrics (the engine keeps their counters).
+    pub fn rebuild<T>(&mut self, site: SiteIdx, pacing: &AppPacing<T>) {
+        let site_id = &self.site_ids[site.0 as usize];
+        let table = pacing.table(site);
+        let mut old: BTreeMap<String, AppCounter> =
+            std::mem::take(&mut self.counters[site.0 as usize])
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect();
+        let (paced, other_dir) = (self.direction.as_str(), self.direction.reverse().as_str());
+        let counters: Vec<AppCounter> = (0..pacing.apps(site))
+            .map(|i| {
+                let name = table.name(AppIdx(i as u32));
+                old.remove(name).unwrap_or_else(|| AppCounter {
+                    name: name.to_string(),
+                    paced: self.metrics.app(site_id, name, paced),
+                    other_bytes: self.metrics.app(site_id, name, other_dir).tx_bytes,
+                    exported: AppCounters::default(),
+                    reported: AppCounters::default(),
+                })
+            })
+            .collect();
+        for gone in old.keys() {
+            self.metrics.remove_app(site_id, gone, paced);
+            self.metrics.remove_app(site_id, gone, other_dir);
+        }
+        for (i, c) in counters.iter().enumerate() {
+            let target = pacing.target_bps(site, AppIdx(i as u32));
+            c.paced
+                .target_bps
+                .set(i64::try_from(target).unwrap_or(i64::MAX));
+        }
+        self.counters[site.0 as usize] = counters;
+    }
+
+    /// Copies the engine's per-application counters and queues into the metrics.
+    pub fn export(&mut self, engine: &DataPath) {
+        for (s, counters) in self.counters.iter_mut().enumerate() {
+            let site = SiteIdx(s as u32);
+            for (i, c) in counters.iter_mut().enumerate() {
+                let app = AppIdx(i as u32);
+                let now = engine.app_counters(site, app);
+                c.paced
+                    .tx_bytes
+                    .inc_by(now.paced_bytes.saturating_sub(c.exported.paced_bytes));
+                c.other_bytes
+                    .inc_by(now.other_bytes.saturating_sub(c.exported.other_bytes));
+                c.paced
+                    .drops
+                    .inc_by(now.drops.saturating_sub(c.exported.drops));
+                c.exported = now;
+                let queue = engine.pacing().queued_bytes(site, app);
+                c.paced
+                    .queue_bytes
+                    .set(i64::try_from(queue).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
+    /// Measures every application's rates since the last report and publishes the
+    /// new report.
+    pub fn report(&mut self, now: Instant, engine: &DataPath) {
+        let secs = now.saturating_since(self.reported_at).as_secs_f64();
+        self.reported_at = now;
+        let pacing = engine.pacing();
+        let bps = |bytes: u64, before: u64| {
+            if secs > 0.0 {
+                ((bytes - before) as f64 * 8.0 / secs) as u64
+            } else {
+                0
+            }
+        };
+        let mut reports = Vec::with_capacity(self.counters.len());
+        for (s, counters) in self.counters.iter_mut().enumerate() {
+            let site = SiteIdx(s as u32);
+            let mut apps = Vec::with_capacity(counters.len());
+            for (i, c) in counters.iter_mut().enumerate() {
+                let app = AppIdx(i as u32);
+                let counts = engine.app_counters(site, app);
+                let paced_bps = bps(counts.paced_bytes, c.reported.paced_bytes);
+                let other_bps = bps(counts.other_bytes, c.reported.other_bytes);
+                c.reported = counts;
+                let (rate_up_bps, rate_down_bps) = match self.direction {
+                    Direction::Up => (paced_bps, other_bps),
+                    Direction::Down => (other_bps, paced_bps),
+                };
+                apps.push(AppReport {
+                    name: c.name.clone(),
+                    flows: pacing.flows(site, app),
+                    target_bps: pacing.target_bps(site, app),
+                    rate_up_bps,
+                    rate_down_bps,
+                    queue_bytes: pacing.queued_bytes(site, app),
+                    drops: counts.drops,
+                });
+            }
+            reports.push(SiteReport {
+                site: self.site_ids[s].clone(),
+                version: pacing.table(site).version,
+                paced_direction: self.direction.as_str(),
+                apps,
+            });
+        }
+        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = reports;
+    }
+}
