@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use braid::cert::TlsConfig;
 use braid::cert::TlsMaterial;
-use braid::config::TlsConfig;
 use braid::core::lane::Colour;
 use braid::core::wire::{Hello, PROTOCOL_VERSION};
 use common::*;

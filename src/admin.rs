@@ -11,13 +11,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
@@ -57,11 +58,19 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("admin.listen: cannot listen on {addr}"))
 }
 
-/// Serves admin requests until `shutdown`.
+/// Admin connections served at once; more are closed at once, so that a flood of
+/// connections cannot exhaust tasks or memory.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send a request's headers: a client that sends
+/// nothing cannot hold a slot for long.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves admin requests until `shutdown`; connections still open then are ended.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: CancellationToken) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "admin API listening");
     }
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -71,15 +80,22 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: Cancellat
                     continue;
                 }
             },
-            () = shutdown.cancelled() => return,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = shutdown.cancelled() => break,
         };
+        if connections.len() >= MAX_CONNECTIONS {
+            debug!(%peer, "admin connection refused: {MAX_CONNECTIONS} already open");
+            continue; // dropping the stream closes it
+        }
         let admin = admin.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let admin = admin.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(req, &admin).await) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
@@ -87,6 +103,7 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: Cancellat
             }
         });
     }
+    connections.shutdown().await;
 }
 
 async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
@@ -221,4 +238,68 @@ fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Respo
         hyper::header::HeaderValue::from_static(content_type),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    async fn get_healthz(addr: SocketAddr) -> std::io::Result<String> {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await?;
+        Ok(answer)
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_connections_is_bounded_and_the_api_answers_after_it() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (commands, _driver) = tokio::sync::mpsc::channel(1);
+        let admin = Arc::new(Admin {
+            metrics: Arc::new(Metrics::new().expect("metrics")),
+            pacing: Arc::new(PacingControl::new(
+                vec!["site1".into()],
+                Default::default(),
+                None,
+                commands,
+                Arc::default(),
+            )),
+            token: None,
+        });
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, admin, shutdown.clone()));
+        // Clients that connect and say nothing hold every slot...
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.expect("connect"));
+        }
+        // ...so the next one is closed at once, without an answer.
+        let refused = tokio::time::timeout(Duration::from_secs(2), get_healthz(addr))
+            .await
+            .expect("closed at once, not left hanging");
+        assert!(
+            refused.as_ref().is_ok_and(String::is_empty) || refused.is_err(),
+            "{refused:?}"
+        );
+        drop(idle);
+        // Slots free up as the idle clients leave.
+        let answer = loop {
+            match get_healthz(addr).await {
+                Ok(a) if !a.is_empty() => break a,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        assert!(answer.starts_with("HTTP/1.0 503"), "{answer}");
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(2), server)
+            .await
+            .expect("the server and its connections end on shutdown")
+            .expect("server task");
+    }
 }

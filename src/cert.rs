@@ -18,7 +18,7 @@ use rcgen::{
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::{ConfigError, TlsConfig};
+use crate::core::field_error::FieldError;
 use crate::core::wire::check_name;
 
 const CA_YEARS: i64 = 20;
@@ -98,16 +98,24 @@ impl TlsMaterial {
     }
 }
 
+/// Where the deployment's TLS files are (`[tls]` of the configuration).
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// Configuration-time check that the TLS files hold what they should; returns the name
 /// the certificate carries.
-pub fn check_tls_files(tls: &TlsConfig) -> Result<String, ConfigError> {
-    let problem = |path: &str, e: anyhow::Error| ConfigError {
+pub fn check_tls_files(tls: &TlsConfig) -> Result<String, FieldError> {
+    let problem = |path: &str, e: anyhow::Error| FieldError {
         path: path.to_string(),
         problem: format!("{e:#}"),
     };
     load_certs(&tls.ca).map_err(|e| problem("tls.ca", e))?;
     let chain = load_certs(&tls.cert).map_err(|e| problem("tls.cert", e))?;
-    PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| ConfigError {
+    PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| FieldError {
         path: "tls.key".into(),
         problem: format!("{}: no private key in PEM form ({e})", tls.key.display()),
     })?;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{Config, ConfigError, RoleConfig};
+use crate::config::{Config, RoleConfig};
+use crate::core::field_error::FieldError;
 
 #[derive(Parser)]
 #[command(name = "braid", version, about = "Multipath tunnelling gateway")]
@@ -110,7 +111,7 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            if e.downcast_ref::<ConfigError>().is_some() {
+            if e.downcast_ref::<FieldError>().is_some() {
                 ExitCode::from(EXIT_CONFIG)
             } else {
                 ExitCode::from(EXIT_FAILURE)

@@ -109,6 +109,9 @@ pub struct Driver {
     tun_mtu: usize,
     /// By `LaneId`.
     lanes: Vec<Option<LaneIo>>,
+    /// The send and receive tasks of every lane; they end with their lane, and those
+    /// still running when the loop stops are ended with it.
+    lane_tasks: tokio::task::JoinSet<()>,
     events: mpsc::Receiver<LaneEvent>,
     input_tx: mpsc::Sender<LaneInput>,
     input_rx: mpsc::Receiver<LaneInput>,
@@ -158,6 +161,7 @@ impl Driver {
             tun: Arc::new(tun),
             tun_mtu,
             lanes: Vec::new(),
+            lane_tasks: tokio::task::JoinSet::new(),
             events,
             input_tx,
             input_rx,
@@ -250,6 +254,7 @@ impl Driver {
         }
         self.export_metrics();
         self.log_drops();
+        self.lane_tasks.shutdown().await;
     }
 
     /// Drains the engine's outputs: datagrams to lanes, packets to the TUN device,
@@ -305,8 +310,10 @@ impl Driver {
         };
         let progress = Arc::new(SendProgress::default());
         let (queue, queue_rx) = mpsc::unbounded_channel();
-        tokio::spawn(send_loop(conn.clone(), queue_rx, progress.clone()));
-        tokio::spawn(receive_loop(id, conn.clone(), self.input_tx.clone()));
+        self.lane_tasks
+            .spawn(send_loop(conn.clone(), queue_rx, progress.clone()));
+        self.lane_tasks
+            .spawn(receive_loop(id, conn.clone(), self.input_tx.clone()));
         info!(
             lane = %id,
             site,
@@ -348,6 +355,7 @@ impl Driver {
                     }
                     info!(lane = %lane, "lane removed");
                 }
+                while self.lane_tasks.try_join_next().is_some() {}
             }
         }
     }

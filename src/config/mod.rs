@@ -9,38 +9,21 @@
 mod raw;
 
 use std::collections::HashSet;
-use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
 
+use crate::cert::TlsConfig;
 use crate::core::engine::SiteSpec;
+use crate::core::field_error::FieldError;
 use crate::core::sched::Algorithm;
 use crate::core::wire::check_name;
 use raw::RawConfig;
 
-/// A configuration problem: which key, and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub path: String,
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.problem)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-fn err<T>(path: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        path: path.into(),
-        problem: problem.into(),
-    })
+fn err<T>(path: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
+    Err(FieldError::new(path, problem))
 }
 
 /// A validated gateway configuration.
@@ -97,13 +80,6 @@ pub struct TunConfig {
 }
 
 #[derive(Debug, Clone)]
-pub struct TlsConfig {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-#[derive(Debug, Clone)]
 pub struct SchedulerConfig {
     pub algorithm: Algorithm,
     pub flow_idle_timeout: Duration,
@@ -149,7 +125,7 @@ pub const UDP_PAYLOAD_V6: u32 = 1500 - 40 - 8;
 
 impl Config {
     /// Reads, merges environment overrides into, and validates a configuration file.
-    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+    pub fn load(file: &Path) -> Result<Config, FieldError> {
         let file_label = file.display().to_string();
         if let Err(e) = std::fs::metadata(file) {
             return err(file_label, format!("cannot read: {e}"));
@@ -163,13 +139,13 @@ impl Config {
                     .try_parsing(true),
             )
             .build()
-            .map_err(|e| ConfigError {
+            .map_err(|e| FieldError {
                 path: file_label.clone(),
                 problem: e.to_string(),
             })?;
         let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
             let path = e.path().to_string();
-            ConfigError {
+            FieldError {
                 path: if path == "." {
                     file_label.clone()
                 } else {
@@ -192,7 +168,7 @@ fn strip_config_origin(message: &str) -> String {
         .to_string()
 }
 
-fn validate(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
+fn validate(raw: RawConfig, base: &Path) -> Result<Config, FieldError> {
     let role = match raw.role.as_str() {
         "entry" => RoleConfig::Entry(validate_entry(&raw)?),
         "exit" => RoleConfig::Exit(validate_exit(&raw)?),
@@ -248,7 +224,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
     })
 }
 
-fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, ConfigError> {
+fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
     let Some(site) = &raw.site else {
         return err("site", "missing: an entry gateway needs its site id");
     };
@@ -326,7 +302,7 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, ConfigError> {
     })
 }
 
-fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, ConfigError> {
+fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, FieldError> {
     if raw.site.is_some() {
         return err(
             "site",
@@ -388,7 +364,7 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, ConfigError> {
     Ok(ExitConfig { listen, sites })
 }
 
-fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, ConfigError> {
+fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, FieldError> {
     let t = &raw.tun;
     let name = t.name.clone().unwrap_or_else(|| "braid0".to_string());
     if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
@@ -462,7 +438,7 @@ fn default_tun_mtu(role: &RoleConfig) -> u32 {
     payload - QUIC_DATAGRAM_OVERHEAD
 }
 
-fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, ConfigError> {
+fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, FieldError> {
     let algorithm = match raw.algorithm.as_deref() {
         None => Algorithm::Afmt,
         Some(name) => match Algorithm::from_name(name) {
@@ -490,7 +466,7 @@ fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, Config
     })
 }
 
-fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, ConfigError> {
+fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, FieldError> {
     let dscp = |key: &str, v: Option<u8>, default: u8| match v {
         Some(d) if d > 63 => err(format!("abe.{key}"), format!("{d} is not a DSCP (0 to 63)")),
         Some(d) => Ok(d),
@@ -523,7 +499,7 @@ fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, ConfigError> {
     })
 }
 
-fn parse_prefix(at: &str, s: &str) -> Result<IpNet, ConfigError> {
+fn parse_prefix(at: &str, s: &str) -> Result<IpNet, FieldError> {
     s.parse::<IpNet>().map(|n| n.trunc()).or_else(|_| {
         err(
             at,
@@ -536,7 +512,7 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
-fn check_host_port(at: &str, s: &str) -> Result<(), ConfigError> {
+fn check_host_port(at: &str, s: &str) -> Result<(), FieldError> {
     let ok = match s.rsplit_once(':') {
         Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
         None => false,
@@ -548,7 +524,7 @@ fn check_host_port(at: &str, s: &str) -> Result<(), ConfigError> {
     }
 }
 
-fn existing_file(at: &str, base: &Path, p: &str) -> Result<PathBuf, ConfigError> {
+fn existing_file(at: &str, base: &Path, p: &str) -> Result<PathBuf, FieldError> {
     let path = base.join(p);
     match std::fs::metadata(&path) {
         Ok(m) if m.is_file() => Ok(path),

@@ -8,6 +8,7 @@
 pub mod app_pacing;
 pub mod classify;
 pub mod engine;
+pub mod field_error;
 pub mod flow;
 pub mod hash;
 pub mod icmp;

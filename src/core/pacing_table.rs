@@ -10,6 +10,7 @@ use ipnet::IpNet;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::field_error::FieldError;
 use super::lane::Colour;
 
 /// The application of everything no rule matches; reserved as a table name.
@@ -207,24 +208,13 @@ impl<'de> Deserialize<'de> for PortRange {
     }
 }
 
-/// Why a table was refused: the path of the offending field and the problem.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {problem}")]
-pub struct TableError {
-    pub path: String,
-    pub problem: String,
-}
-
-fn refuse(path: impl Into<String>, problem: impl Into<String>) -> TableError {
-    TableError {
-        path: path.into(),
-        problem: problem.into(),
-    }
+fn refuse(path: impl Into<String>, problem: impl Into<String>) -> FieldError {
+    FieldError::new(path, problem)
 }
 
 impl PacingTable {
     /// Parses and validates a table in its JSON form.
-    pub fn parse(json: &[u8]) -> Result<PacingTable, TableError> {
+    pub fn parse(json: &[u8]) -> Result<PacingTable, FieldError> {
         let mut de = serde_json::Deserializer::from_slice(json);
         let table: PacingTable = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
@@ -241,7 +231,7 @@ impl PacingTable {
     }
 
     /// Checks what the JSON form cannot express: unique names, ranges.
-    pub fn validate(&self) -> Result<(), TableError> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if self.apps.len() > MAX_APPS {
             return Err(refuse(
                 "apps",

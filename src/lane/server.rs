@@ -55,7 +55,12 @@ pub fn bind(listen: SocketAddr, material: &TlsMaterial) -> anyhow::Result<Listen
     })
 }
 
-/// Accepts lanes until `shutdown`.
+/// Handshakes (TLS and hello) in progress at once: a flood of connection attempts is
+/// refused beyond it instead of growing tasks and memory without bound. Each takes at
+/// most [`HELLO_TIMEOUT`], so honest peers get a slot within that time.
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// Accepts lanes until `shutdown`; handshakes still running then are ended.
 pub async fn run(
     listener: Listener,
     sites: Arc<HashSet<String>>,
@@ -63,14 +68,26 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let endpoint = &listener.endpoint;
+    let mut handshakes = tokio::task::JoinSet::new();
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => i,
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
             () = shutdown.cancelled() => break,
         };
         let Some(incoming) = incoming else { break };
-        let (sites, events) = (sites.clone(), events.clone());
         let peer = incoming.remote_address();
+        if handshakes.len() >= MAX_HANDSHAKES {
+            incoming.refuse();
+            // Counted if the driver keeps up; under a flood, dropping the count beats
+            // stalling the accept loop.
+            let _ = events.try_send(LaneEvent::Refused {
+                reason: DropReason::Unauthenticated,
+                detail: format!("{peer}: {MAX_HANDSHAKES} handshakes already in progress"),
+            });
+            continue;
+        }
+        let (sites, events) = (sites.clone(), events.clone());
         let v4_peer = match peer.ip() {
             IpAddr::V4(_) => true,
             IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
@@ -81,7 +98,7 @@ pub async fn run(
             &listener.config_v6
         };
         let connecting = incoming.accept_with(config.clone());
-        tokio::spawn(async move {
+        handshakes.spawn(async move {
             let event = match admit(connecting, &sites).await {
                 Ok(lane) => LaneEvent::Up(lane),
                 Err((reason, e)) => {
@@ -95,6 +112,7 @@ pub async fn run(
             let _ = events.send(event).await;
         });
     }
+    handshakes.shutdown().await;
     endpoint.close(0u32.into(), b"shutdown");
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The CPU ceiling of one or more braid builds, measured alternately in one sitting:
+# three unshaped uplinks, AFMT, one CUBIC iperf3 flow up and one down through the
+# namespace testbed, ROUNDS rounds of every build in turn.
+#
+#   sudo integration/bench_ceiling.sh BUILD_A [BUILD_B ...]    (paths to braid binaries)
+#   ROUNDS=3 SECONDS_PER_RUN=10
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-3}
+secs=${SECONDS_PER_RUN:-10}
+name=ceil
+trap 'bash integration/testbed.sh down "$name" >/dev/null 2>&1 || true' EXIT
+mbps() { python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))'; }
+for round in $(seq "$rounds"); do
+    for build in "$@"; do
+        bash integration/testbed.sh down "$name" >/dev/null 2>&1 || true
+        RATES="0 0 0" BRAID="$build" bash integration/testbed.sh up "$name" >/dev/null
+        RATES="0 0 0" BRAID="$build" bash integration/testbed.sh start "$name" >/dev/null
+        ip netns exec "$name-sv" iperf3 -s -D -1 >/dev/null
+        sleep 0.5
+        up=$(ip netns exec "$name-cl" iperf3 -c 198.18.100.2 -C cubic -t "$secs" -J | mbps)
+        ip netns exec "$name-sv" iperf3 -s -D -1 >/dev/null
+        sleep 0.5
+        down=$(ip netns exec "$name-cl" iperf3 -c 198.18.100.2 -C cubic -t "$secs" -R -J | mbps)
+        echo "round $round  $build  up $up Mbit/s  down $down Mbit/s"
+    done
+done
