@@ -88,7 +88,11 @@ fn tcp_50mb_arrives_intact_in_each_direction() {
     tb.start();
     let blob = tb.blob();
 
-    let server = tb.spawn("sv", &["python3", &blob, "serve", "5001", MB50], true);
+    let server = tb.spawn(
+        "sv",
+        &["python3", &blob, "serve", "5001", MB50],
+        Ready::Says("ready"),
+    );
     let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5001"]);
     let sent = tb.wait(server, Duration::from_secs(120));
     let (n, sha, secs) = digest(&got, "received");
@@ -102,7 +106,11 @@ fn tcp_50mb_arrives_intact_in_each_direction() {
         n as f64 * 8.0 / secs / 1e6
     );
 
-    let sink = tb.spawn("sv", &["python3", &blob, "sink", "5002"], true);
+    let sink = tb.spawn(
+        "sv",
+        &["python3", &blob, "sink", "5002"],
+        Ready::Says("ready"),
+    );
     let pushed = tb.ok("cl", &["python3", &blob, "push", SERVER_V4, "5002", MB50]);
     let got = tb.wait(sink, Duration::from_secs(120));
     let (n, sha_up, secs) = digest(&got, "received");
@@ -141,8 +149,7 @@ fn afmt_spreads_parallel_downloads_over_all_three_uplinks_without_reordering() {
     };
     let before = per_uplink(&tb, "ex", "lane_tx_bytes_total", 3);
     let (reordered0, received0) = (reordered(&tb), received(&tb));
-    let server = tb.spawn("sv", &["iperf3", "-s", "-1"], false);
-    std::thread::sleep(Duration::from_millis(300));
+    let server = tb.spawn("sv", &["iperf3", "-s", "-1"], Ready::Listens(5201));
     // Six bulk CUBIC downloads: with two per uplink every uplink is busy.
     let out = tb.ok(
         "cl",
@@ -198,14 +205,22 @@ fn udp_and_ipv6_cross_the_tunnel_over_ipv6_uplinks() {
         "lanes are not over IPv6"
     );
     let blob = tb.blob();
-    tb.spawn("sv", &["python3", &blob, "udp-echo", "6000"], true);
+    tb.spawn(
+        "sv",
+        &["python3", &blob, "udp-echo", "6000"],
+        Ready::Says("ready"),
+    );
     for server in [SERVER_V4, SERVER_V6] {
         let out = tb.ok("cl", &["python3", &blob, "udp-ping", server, "6000", "60"]);
         assert!(out.contains("echoed 60 of 60"), "UDP to {server}: {out}");
     }
     ping_ok(&tb, "cl", SERVER_V6, 20);
     ping_ok(&tb, "sv", "fd00:1::2", 20);
-    let server = tb.spawn("sv", &["python3", &blob, "serve", "5003", "2000000"], true);
+    let server = tb.spawn(
+        "sv",
+        &["python3", &blob, "serve", "5003", "2000000"],
+        Ready::Says("ready"),
+    );
     let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V6, "5003"]);
     let sent = tb.wait(server, Duration::from_secs(60));
     assert_eq!(
@@ -226,7 +241,11 @@ fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
     // sends, so only the exit stands between it and the server.
     tb.ok("c2", &["ip", "addr", "add", "198.18.1.99/32", "dev", "lan"]);
     let blob = tb.blob();
-    let counter = tb.spawn("sv", &["python3", &blob, "udp-count", "6001", "3"], true);
+    let counter = tb.spawn(
+        "sv",
+        &["python3", &blob, "udp-count", "6001", "3"],
+        Ready::Says("ready"),
+    );
     tb.ok(
         "c2",
         &[
@@ -402,7 +421,7 @@ fn a_broken_uplink_is_avoided_within_half_a_second() {
     let ping = tb.spawn(
         "cl",
         &["ping", "-c", "400", "-i", "0.01", "-W", "1", SERVER_V4],
-        false,
+        Ready::Now,
     );
     std::thread::sleep(Duration::from_secs(1));
     tb.ok("r2", &["ip", "link", "set", "dev", "b", "down"]);
@@ -448,7 +467,7 @@ fn lanes_come_back_when_the_exit_restarts() {
     assert!(down, "/healthz did not report the lost lanes");
 
     let config = tb.path("exit.toml").display().to_string();
-    let exit = tb.spawn("ex", &[braid_bin(), "run", "--config", &config], false);
+    let exit = tb.spawn("ex", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let started = std::time::Instant::now();
     let back = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
@@ -528,11 +547,14 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
             "srv",
             "tcp[tcpflags] & tcp-syn != 0 and port 5004",
         ],
-        false,
+        Ready::Logs("listening on"),
     );
-    std::thread::sleep(Duration::from_millis(1000)); // tcpdump attaches
     let blob = tb.blob();
-    let server = tb.spawn("sv", &["python3", &blob, "serve", "5004", "5000000"], true);
+    let server = tb.spawn(
+        "sv",
+        &["python3", &blob, "serve", "5004", "5000000"],
+        Ready::Says("ready"),
+    );
     let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5004"]);
     let sent = tb.wait(server, Duration::from_secs(60));
     assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
@@ -546,11 +568,11 @@ fn an_entry_killed_with_sigkill_is_back_in_service_as_soon_as_it_restarts() {
     tb.start();
     let pid = tb.gateway_pid("site1");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
-    std::thread::sleep(Duration::from_millis(200));
+    tb.wait_gone(pid);
     // The exit still holds the dead lanes (no CONNECTION_CLOSE came); the restarted
     // entry's lanes must replace them at once, not after the idle timeout.
     let config = tb.path("site1.toml").display().to_string();
-    tb.spawn("en", &[braid_bin(), "run", "--config", &config], false);
+    tb.spawn("en", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let started = std::time::Instant::now();
     let back = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(50));

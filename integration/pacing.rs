@@ -111,24 +111,35 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
         "braid_app_rate_target_bps{app=\"ssh\",direction=\"up\",site=\"site1\"}",
     );
     assert_eq!(target, 1_000_000.0);
-    std::thread::sleep(Duration::from_millis(1100));
-    let (status, body) = tb.admin_get("en", "/v1/sites/site1/apps");
-    assert_eq!(status, 200, "{body}");
-    let report: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    let names: Vec<&str> = report["apps"]
-        .as_array()
-        .expect("apps")
-        .iter()
-        .map(|a| a["name"].as_str().expect("name"))
-        .collect();
-    assert_eq!(names, ["default", "ssh", "voip"], "{body}");
+    // The report is renewed every second: wait for one that knows the new table.
+    let app_names = |tb: &Testbed| {
+        let (status, body) = tb.admin_get("en", "/v1/sites/site1/apps");
+        assert_eq!(status, 200, "{body}");
+        let report: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let names: Vec<String> = report["apps"]
+            .as_array()
+            .expect("apps")
+            .iter()
+            .map(|a| a["name"].as_str().expect("name").to_string())
+            .collect();
+        names
+    };
+    let reported = (0..150).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        app_names(&tb) == ["default", "ssh", "voip"]
+    });
+    assert!(
+        reported,
+        "the report never listed the table's applications: {:?}",
+        app_names(&tb)
+    );
 
     // kill -9 and restart: the table is back before the first packet.
-    nix::sys::signal::kill(tb.gateway_pid("site1"), nix::sys::signal::Signal::SIGKILL)
-        .expect("SIGKILL");
-    std::thread::sleep(Duration::from_millis(200));
+    let pid = tb.gateway_pid("site1");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    tb.wait_gone(pid);
     let config = tb.path("site1.toml").display().to_string();
-    tb.spawn("en", &[braid_bin(), "run", "--config", &config], false);
+    tb.spawn("en", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let back = (0..100).find_map(|_| {
         std::thread::sleep(Duration::from_millis(50));
         let out = tb.run("en", &[braid_bin(), "pacing", "get"]);
@@ -146,7 +157,7 @@ fn iperf_server(tb: &mut Testbed, port: u16) -> usize {
     tb.spawn(
         "sv",
         &["iperf3", "-s", "-1", "-p", &port.to_string()],
-        false,
+        Ready::Listens(port),
     )
 }
 
@@ -191,7 +202,6 @@ fn the_exit_paces_each_application_to_its_rate_however_many_connections_it_has()
     let (status, body) = tb.admin_request("ex", "PUT", PACING, Some(&token), table.as_bytes());
     assert_eq!(status, 200, "{body}");
     let servers = [iperf_server(&mut tb, 5201), iperf_server(&mut tb, 5202)];
-    std::thread::sleep(Duration::from_millis(300));
     // Both at once: six connections of "browser", one of "download".
     let (browser, download_rate) = std::thread::scope(|s| {
         let b = s.spawn(|| download(&tb, 5201, 6, 8));

@@ -3,18 +3,17 @@
 //! bulk TCP downloads, a live per-uplink table, and a clean teardown on exit, Ctrl-C or
 //! failure. Needs root, iproute2 and iperf3 (`integration/testbed.sh deps`).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-/// The testbed script, built into the binary so that the demo runs from anywhere.
-const TESTBED: &str = include_str!("../integration/testbed.sh");
+use crate::testbed::{self, Ready, Testbed};
+
 const NAME: &str = "braid-demo";
 const RATES: [u32; 3] = [16, 32, 50];
 
@@ -42,7 +41,7 @@ pub fn run(seconds: Option<u64>, scheduler: &str) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc_on(move || flag.store(true, Ordering::Relaxed))?;
-    let testbed = Testbed::up(scheduler)?;
+    let testbed = Demo::up(scheduler)?;
     println!("gateways up; starting three bulk TCP downloads (CUBIC) through braid ({scheduler})");
     let goodput = Arc::new(AtomicU64::new(0));
     testbed.start_traffic(goodput.clone())?;
@@ -120,75 +119,67 @@ fn print_table(
     let _ = std::io::stdout().flush();
 }
 
-/// The demo's testbed; dropping it stops the traffic and removes every namespace.
-struct Testbed {
-    dir: PathBuf,
-    children: std::sync::Mutex<Vec<Child>>,
+/// The demo's testbed, with the script written to a directory of its own; dropping
+/// it stops the traffic and removes every namespace and the directory.
+struct Demo {
+    // Declared first: dropped (torn down) before the directory goes.
+    testbed: Testbed,
+    _dir: TempDir,
 }
 
-impl Testbed {
-    fn up(scheduler: &str) -> anyhow::Result<Testbed> {
-        let dir = std::env::temp_dir().join(format!("braid-demo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("testbed.sh"), TESTBED).context("writing the testbed script")?;
-        let testbed = Testbed {
-            dir,
-            children: std::sync::Mutex::new(Vec::new()),
-        };
-        testbed.script("up", scheduler)?;
-        testbed.script("start", scheduler)?;
-        Ok(testbed)
-    }
+/// A directory removed when dropped.
+struct TempDir(PathBuf);
 
-    fn script(&self, cmd: &str, scheduler: &str) -> anyhow::Result<()> {
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Demo {
+    fn up(scheduler: &str) -> anyhow::Result<Demo> {
+        let dir = TempDir(std::env::temp_dir().join(format!("braid-demo-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
+        let script = dir.0.join("testbed.sh");
+        std::fs::write(&script, testbed::SCRIPT).context("writing the testbed script")?;
         let braid = std::env::current_exe().context("locating the braid binary")?;
-        let out = Command::new("bash")
-            .arg(self.dir.join("testbed.sh"))
-            .args([cmd, NAME])
-            .env("RATES", RATES.map(|r| r.to_string()).join(" "))
-            .env("BRAID", braid)
-            .env("SCHEDULER", scheduler)
-            .env("STATE_DIR", &self.dir)
-            .output()
-            .with_context(|| format!("running testbed.sh {cmd}"))?;
-        if !out.status.success() {
-            bail!(
-                "testbed.sh {cmd} failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
+        let rates = RATES.map(|r| r.to_string()).join(" ");
+        let env = [
+            ("RATES", rates.as_str()),
+            ("BRAID", &braid.display().to_string()),
+            ("SCHEDULER", scheduler),
+            ("STATE_DIR", &dir.0.display().to_string()),
+        ];
+        let testbed = Testbed::up(NAME, &script, &env)?;
+        testbed.start()?;
+        Ok(Demo { testbed, _dir: dir })
     }
 
     /// Starts an iperf3 server and client; the client's per-second total lands in
     /// `goodput` (Mbit/s as f64 bits).
     fn start_traffic(&self, goodput: Arc<AtomicU64>) -> anyhow::Result<()> {
-        let server = Command::new("ip")
-            .args(["netns", "exec", &format!("{NAME}-sv"), "iperf3", "-s"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting iperf3 -s")?;
-        std::thread::sleep(Duration::from_millis(300));
-        let mut client = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &format!("{NAME}-cl"),
+        let tb = &self.testbed;
+        tb.spawn("sv", &["iperf3", "-s"], Ready::Listens(5201))?;
+        let client = tb.spawn(
+            "cl",
+            &[
                 "iperf3",
                 "-c",
                 "198.18.100.2",
                 "-R",
                 "-P",
                 "3",
-            ])
-            .args(["-t", "86400", "-i", "1", "-C", "cubic", "--forceflush"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting iperf3 -c")?;
-        let stdout = client.stdout.take().context("iperf3 output")?;
+                "-t",
+                "86400",
+                "-i",
+                "1",
+                "-C",
+                "cubic",
+                "--forceflush",
+            ],
+            Ready::Now,
+        )?;
+        let stdout = tb.take_stdout(client).context("iperf3 output")?;
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 // "[SUM]   3.00-4.00   sec  11.2 MBytes  94.0 Mbits/sec ..."
@@ -206,88 +197,24 @@ impl Testbed {
                 }
             }
         });
-        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
-        children.push(client);
-        children.push(server);
         Ok(())
     }
 
-    /// Per-uplink counters from the exit's `/metrics`.
+    /// Per-uplink counters from the exit's `/metrics` (it schedules the downloads).
     fn lane_counters(&self) -> anyhow::Result<Vec<Uplink>> {
-        let body = http_get_in_netns(&format!("{NAME}-ex"), "127.0.0.1:9190", "/metrics")?;
-        let mut uplinks = vec![Uplink::default(); RATES.len()];
-        for line in body.lines() {
-            let Some((sample, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(value) = value.parse::<f64>() else {
-                continue;
-            };
-            for (i, u) in uplinks.iter_mut().enumerate() {
-                if !sample.contains(&format!("uplink=\"up{}\"", i + 1)) {
-                    continue;
-                }
-                if sample.starts_with("braid_lane_tx_bytes_total") {
-                    u.tx_bytes = value;
-                } else if sample.starts_with("braid_lane_srtt_seconds") {
-                    u.srtt = value;
-                } else if sample.starts_with("braid_lane_cwnd_bytes") {
-                    u.cwnd = value;
-                }
-            }
-        }
-        Ok(uplinks)
+        let metrics = self.testbed.metrics("ex")?;
+        let read = |name: &str, i: usize| {
+            let labels = format!("{{colour=\"blue\",site=\"site1\",uplink=\"up{}\"}}", i + 1);
+            testbed::sample(&metrics, &format!("{name}{labels}")).unwrap_or(0.0)
+        };
+        Ok((0..RATES.len())
+            .map(|i| Uplink {
+                tx_bytes: read("braid_lane_tx_bytes_total", i),
+                srtt: read("braid_lane_srtt_seconds", i),
+                cwnd: read("braid_lane_cwnd_bytes", i),
+            })
+            .collect())
     }
-}
-
-impl Drop for Testbed {
-    fn drop(&mut self) {
-        for child in self
-            .children
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter_mut()
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = Command::new("bash")
-            .arg(self.dir.join("testbed.sh"))
-            .args(["down", NAME])
-            .env("STATE_DIR", &self.dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `GET path` from `addr` inside the network namespace `ns` (on a thread that enters
-/// it, so the rest of the process stays where it is).
-fn http_get_in_netns(ns: &str, addr: &str, path: &str) -> anyhow::Result<String> {
-    let (ns, addr, path) = (
-        format!("/run/netns/{ns}"),
-        addr.to_string(),
-        path.to_string(),
-    );
-    std::thread::spawn(move || -> anyhow::Result<String> {
-        let file = std::fs::File::open(&ns).with_context(|| format!("opening {ns}"))?;
-        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-            .context("entering the namespace")?;
-        let mut stream =
-            std::net::TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: braid\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text)?;
-        Ok(text
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_string())
-            .unwrap_or_default())
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("the metrics reader panicked"))?
 }
 
 /// Calls `f` on SIGINT or SIGTERM, from a thread of its own.

@@ -20,4 +20,5 @@ pub mod lane;
 pub mod metrics;
 pub mod pacing_control;
 pub mod sys;
+pub mod testbed;
 pub mod tun;

@@ -4,9 +4,11 @@
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+pub use braid::testbed::Ready;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -28,11 +30,12 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A testbed of the shared harness (`braid::testbed`), built while holding the
+/// process-wide lock; every failure panics with the gateways' logs.
 pub struct Testbed {
+    inner: braid::testbed::Testbed,
     pub name: String,
     pub state: PathBuf,
-    env: Vec<(String, String)>,
-    children: Vec<Child>,
     _lock: MutexGuard<'static, ()>,
 }
 
@@ -44,57 +47,40 @@ impl Testbed {
             nix::unistd::geteuid().is_root(),
             "the end-to-end tests build network namespaces and need root"
         );
-        let mut env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        env.push(("BRAID".into(), braid_bin().into()));
-        env.push(("LINKEMU".into(), env!("CARGO_BIN_EXE_braid-linkemu").into()));
-        let tb = Testbed {
+        let mut env = env.to_vec();
+        env.push(("BRAID", braid_bin()));
+        env.push(("LINKEMU", env!("CARGO_BIN_EXE_braid-linkemu")));
+        let script = repo().join("integration/testbed.sh");
+        let inner =
+            braid::testbed::Testbed::up(name, &script, &env).unwrap_or_else(|e| panic!("{e:#}"));
+        Testbed {
+            inner,
             name: name.to_string(),
             state: PathBuf::from("/tmp/braid-testbed").join(name),
-            env,
-            children: Vec::new(),
             _lock: lock,
-        };
-        tb.script("up");
-        tb
+        }
     }
 
     /// Writes certificates and configs and starts the gateways; returns once every
     /// site's client reaches the server through the tunnel.
     pub fn start(&self) {
-        self.script("start");
+        let started = self.inner.start();
+        self.check(started);
     }
 
-    fn script(&self, cmd: &str) {
-        let out = Command::new("bash")
-            .arg(repo().join("integration/testbed.sh"))
-            .args([cmd, &self.name])
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .expect("run testbed.sh");
-        assert!(
-            out.status.success(),
-            "testbed.sh {cmd} {} failed:\n{}{}\nlogs:\n{}",
-            self.name,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            self.logs()
-        );
+    /// The value of `result`, or a panic with the gateways' logs.
+    fn check<T>(&self, result: anyhow::Result<T>) -> T {
+        result.unwrap_or_else(|e| panic!("{e:#}\nlogs:\n{}", self.logs()))
     }
 
     pub fn ns(&self, role: &str) -> String {
-        format!("{}-{role}", self.name)
+        self.inner.ns(role)
     }
 
     /// Runs a command in a namespace and waits for it.
     pub fn run(&self, role: &str, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns(role)])
-            .args(args)
-            .output()
-            .expect("run ip netns exec")
+        let out = self.inner.run(role, args);
+        self.check(out)
     }
 
     /// Runs a command in a namespace, asserting success, and returns its stdout.
@@ -109,55 +95,29 @@ impl Testbed {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Starts a command in a namespace; it is killed when the testbed goes down.
-    /// Waits for its first line of output when `wait_ready` (the helpers print
-    /// "ready" once they listen).
-    pub fn spawn(&mut self, role: &str, args: &[&str], wait_ready: bool) -> usize {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns(role)])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn in namespace");
-        if wait_ready {
-            use std::io::BufRead;
-            let stdout = child.stdout.take().expect("piped stdout");
-            let mut reader = std::io::BufReader::new(stdout);
-            let mut line = String::new();
-            reader.read_line(&mut line).expect("read helper output");
-            assert_eq!(line.trim(), "ready", "{args:?} did not get ready");
-            child.stdout = Some(reader.into_inner());
-        }
-        self.children.push(child);
-        self.children.len() - 1
+    /// Starts a command in a namespace and waits until it is ready; it is killed
+    /// when the testbed goes down.
+    pub fn spawn(&mut self, role: &str, args: &[&str], ready: Ready<'_>) -> usize {
+        let handle = self.inner.spawn(role, args, ready);
+        self.check(handle)
     }
 
     pub fn child_pid(&self, handle: usize) -> u32 {
-        self.children[handle].id()
+        self.inner.pid(handle).expect("a spawned command")
     }
 
     /// Waits for a spawned command and returns its remaining stdout.
     pub fn wait(&mut self, handle: usize, timeout: Duration) -> String {
-        let child = &mut self.children[handle];
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                let mut out = String::new();
-                if let Some(mut s) = child.stdout.take() {
-                    use std::io::Read;
-                    s.read_to_string(&mut out).expect("read stdout");
-                }
-                assert!(status.success(), "helper failed ({status}): {out}");
-                return out;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "helper timed out\nlogs:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let out = self.inner.wait(handle, timeout);
+        self.check(out)
+    }
+
+    /// Waits until a TCP socket listens on `port` in a role's namespace.
+    pub fn wait_listening(&self, role: &str, port: u16) {
+        let ready = self
+            .inner
+            .wait_listening(role, port, Duration::from_secs(10));
+        self.check(ready)
     }
 
     pub fn blob(&self) -> String {
@@ -190,6 +150,18 @@ impl Testbed {
         nix::unistd::Pid::from_raw(text.trim().parse().expect("pid"))
     }
 
+    /// Waits until a process has ended (after a signal).
+    pub fn wait_gone(&self, pid: nix::unistd::Pid) {
+        let gone = (0..250).any(|_| {
+            if nix::sys::signal::kill(pid, None).is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            false
+        });
+        assert!(gone, "process {pid} is still running after 5 s");
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.state.join(file)
     }
@@ -203,35 +175,7 @@ impl Testbed {
         );
         out.trim().parse().expect("tx_bytes is a number")
     }
-}
 
-impl Drop for Testbed {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("bash")
-            .arg(repo().join("integration/testbed.sh"))
-            .args(["down", &self.name])
-            .output();
-    }
-}
-
-/// Runs `f` on a thread inside the namespace `ns`, so that its sockets live there.
-pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    use std::os::fd::AsFd;
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open netns");
-        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
-    .join()
-    .expect("netns thread")
-}
-
-impl Testbed {
     /// `GET path` from a gateway's admin API (127.0.0.1:9190 in its namespace):
     /// (status code, body).
     pub fn admin_get(&self, role: &str, path: &str) -> (u16, String) {
@@ -248,43 +192,24 @@ impl Testbed {
         token: Option<&str>,
         body: &[u8],
     ) -> (u16, String) {
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: braid\r\nConnection: close\r\nContent-Length: {}\r\n{}\r\n",
-            body.len(),
-            token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n")),
-        );
-        let body = body.to_vec();
-        in_netns(&self.ns(role), move || {
-            use std::io::{Read, Write};
-            let mut s = std::net::TcpStream::connect("127.0.0.1:9190").expect("admin API");
-            s.write_all(head.as_bytes()).expect("request");
-            // The server may answer (413) before taking the whole body.
-            let _ = s.write_all(&body);
-            let mut raw = Vec::new();
-            let _ = s.read_to_end(&mut raw);
-            let text = String::from_utf8_lossy(&raw).to_string();
-            let status = text
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .expect("status");
-            let body = text
-                .split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_string())
-                .unwrap_or_default();
-            (status, body)
-        })
+        let answer = self.inner.admin_request(role, method, path, token, body);
+        self.check(answer)
     }
 
     /// The value of one sample of a gateway's metrics, e.g.
-    /// `braid_packets_dropped_total{reason="spoofed"}`; 0 when absent.
+    /// `braid_packets_dropped_total{reason="spoofed"}`. A sample the gateway does not
+    /// export fails the test: a misspelt name must not read as 0.
     pub fn metric(&self, role: &str, sample: &str) -> f64 {
-        let (status, body) = self.admin_get(role, "/metrics");
-        assert_eq!(status, 200, "GET /metrics: {body}");
-        body.lines()
-            .find_map(|l| l.strip_prefix(sample).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or(0.0)
+        let metrics = self.inner.metrics(role);
+        let metrics = self.check(metrics);
+        braid::testbed::sample(&metrics, sample)
+            .unwrap_or_else(|| panic!("{role} exports no sample {sample}:\n{metrics}"))
     }
+}
+
+/// Runs `f` on a thread inside the namespace `ns`, so that its sockets live there.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    braid::testbed::in_netns(ns, f).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Parses "received BYTES SHA SECONDS" or "sent BYTES SHA" from a helper's output.
