@@ -93,8 +93,6 @@ impl LaneIo {
 enum Wake<G> {
     Stop,
     Timeout,
-    Metrics,
-    AppReport,
     Command(PacingCommand),
     Lane(LaneEvent),
     Input(LaneInput),
@@ -179,19 +177,33 @@ impl Driver {
         info!(tun = self.tun.name(), "data path running");
         // A handle of our own, so that waiting for the device does not borrow `self`.
         let tun = self.tun.clone();
-        let mut metrics_tick = tokio::time::interval(METRICS_INTERVAL);
-        metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut report_tick = tokio::time::interval(APP_REPORT_INTERVAL);
-        report_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // One timer for everything the loop waits for but packets: the engine's
+        // deadline and the two export instants. It is moved only when something wants
+        // an earlier wake-up than it is armed for: a timer that fires early costs an
+        // idle turn of the loop, one re-armed on every wake-up the timer wheel's lock.
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
+        let mut export_at = self.clock.now();
+        let mut report_at = export_at;
         loop {
-            let deadline = self.engine.poll_timeout().map(|at| self.clock.deadline(at));
+            let due = self
+                .engine
+                .poll_timeout()
+                .map_or(export_at, |at| at.min(export_at));
+            let due = due.min(report_at);
+            if armed.is_none_or(|armed| due < armed) {
+                timer.as_mut().reset(self.clock.deadline(due));
+                armed = Some(due);
+            }
             // Unbiased: under load, lane datagrams and TUN reads are both always ready,
             // and a fixed order would starve the later one.
             let wake = tokio::select! {
                 () = shutdown.cancelled() => Wake::Stop,
-                () = sleep_until_or_never(deadline) => Wake::Timeout,
-                _ = metrics_tick.tick() => Wake::Metrics,
-                _ = report_tick.tick() => Wake::AppReport,
+                () = &mut timer, if armed.is_some() => {
+                    armed = None;
+                    Wake::Timeout
+                }
                 Some(command) = self.commands.recv() => Wake::Command(command),
                 Some(event) = self.events.recv() => Wake::Lane(event),
                 Some(input) = self.input_rx.recv() => Wake::Input(input),
@@ -203,9 +215,16 @@ impl Driver {
             }
             match wake {
                 Wake::Stop => break,
-                Wake::Timeout => {}
-                Wake::Metrics => self.export_metrics(),
-                Wake::AppReport => self.app_stats.report(now, &self.engine),
+                Wake::Timeout => {
+                    if now >= export_at {
+                        self.export_metrics();
+                        export_at = now + METRICS_INTERVAL;
+                    }
+                    if now >= report_at {
+                        self.app_stats.report(now, &self.engine);
+                        report_at = now + APP_REPORT_INTERVAL;
+                    }
+                }
                 Wake::Command(command) => self.handle_command(command, now),
                 Wake::Lane(LaneEvent::Up(lane)) => self.add_lane(lane, now),
                 Wake::Lane(LaneEvent::Refused { reason, detail }) => {
@@ -232,6 +251,9 @@ impl Driver {
                                 self.rx_buf.truncate(DATAGRAM_HEADER_LEN + n);
                                 let datagram = self.rx_buf.split();
                                 self.engine.handle_tun_packet(datagram, now);
+                                // At once, not after the batch: the lane's send task
+                                // on the other core starts while this one reads on.
+                                self.carry_out();
                             }
                             Ok(Err(e)) => {
                                 warn!(error = %e, "reading the TUN device");
@@ -343,6 +365,7 @@ impl Driver {
         match input {
             LaneInput::Datagram(lane, datagram) => {
                 self.engine.handle_lane_datagram(lane, datagram, now);
+                self.carry_out();
             }
             LaneInput::Closed(lane) => {
                 // Its last counts reach the metrics before the lane is forgotten.
@@ -450,14 +473,6 @@ impl Driver {
                 info!(reason = reason.as_str(), packets = n, "dropped in total");
             }
         }
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

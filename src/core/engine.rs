@@ -28,7 +28,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
@@ -341,8 +341,11 @@ impl DataPath {
         let incoming = self.pacing.direction().reverse();
         let app = self.pacing.classify(site_idx, &info, incoming, now);
         self.pacing.count_carried(site_idx, app, incoming, info.len);
-        self.tun_writes
-            .push_back(datagram.slice(DATAGRAM_HEADER_LEN..));
+        // The packet behind the header: `advance` moves the start, where `slice`
+        // would touch the buffer's reference count, shared with quinn's receive path.
+        let mut packet = datagram;
+        packet.advance(DATAGRAM_HEADER_LEN);
+        self.tun_writes.push_back(packet);
     }
 
     /// Registers a lane whose handshake and hello are done and returns its id, or
