@@ -631,3 +631,66 @@ fn braid_demo_shows_three_uplinks_and_cleans_up() {
         "the demo left namespaces behind"
     );
 }
+
+#[test]
+fn a_flood_of_handshakes_is_bounded_and_the_lanes_carry_on() {
+    use braid::lane::server::MAX_HANDSHAKES;
+    let tb = Testbed::up("e2eflood", &[("RATES", "0")]);
+    tb.start();
+    let state = tb.state.clone();
+    let extra = 40;
+    // Peers that complete TLS and then say nothing hold a handshake slot each until
+    // the hello times out (5 s); past the bound, the exit refuses new ones at once.
+    let refused = in_netns(&tb.ns("en"), move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let exit: SocketAddr = "198.19.200.1:4433".parse().expect("addr");
+            let socket =
+                braid::lane::udp_socket("0.0.0.0:0".parse().expect("addr"), None).expect("socket");
+            let endpoint = quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .expect("endpoint");
+            let tls = tls_client(&state, &state, "site1");
+            let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS");
+            let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+            config.transport_config(Arc::new(braid::lane::transport_config(false)));
+            let mut held = Vec::new();
+            let mut refused = 0;
+            for _ in 0..MAX_HANDSHAKES + extra {
+                let connecting = endpoint
+                    .connect_with(config.clone(), exit, "exit")
+                    .expect("connect");
+                match connecting.await {
+                    Ok(conn) => held.push(conn),
+                    Err(_) => refused += 1,
+                }
+            }
+            drop(held);
+            refused
+        })
+    });
+    println!(
+        "{refused} of {} silent peers refused",
+        MAX_HANDSHAKES + extra
+    );
+    assert!(
+        refused >= extra - 5 && refused <= extra + 5,
+        "about {extra} of the silent peers should have been refused, not {refused}"
+    );
+    // Counted (metrics are exported every 100 ms).
+    let sample = "braid_packets_dropped_total{reason=\"unauthenticated\"}";
+    let counted = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        tb.metric("ex", sample) >= (extra - 5) as f64
+    });
+    assert!(counted, "{sample} = {}", tb.metric("ex", sample));
+    // The site's own lanes carried on through the flood.
+    ping_ok(&tb, "cl", SERVER_V4, 5);
+}
