@@ -20,16 +20,15 @@ use tracing::{info, warn};
 
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
-use crate::core::engine::{DataPath, LaneCounters, LaneUp, SiteIdx};
+use crate::core::engine::{DataPath, LaneUp};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
-use crate::metrics::{LaneMetrics, Metrics};
+use crate::metrics::{Export, Metrics};
 use crate::pacing_control::PacingCommand;
 use crate::tun::Tun;
-use prometheus::IntCounter;
 
 /// Packets read per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
@@ -57,11 +56,6 @@ struct LaneIo {
     conn: quinn::Connection,
     queue: mpsc::UnboundedSender<Bytes>,
     progress: Arc<SendProgress>,
-    metrics: LaneMetrics,
-    /// The engine's counters as last copied into `metrics`.
-    exported: LaneCounters,
-    /// Replaced by a newer lane of its uplink, which owns the `uplink_up` gauge.
-    replaced: bool,
 }
 
 impl LaneIo {
@@ -101,7 +95,6 @@ enum Wake<G> {
 
 pub struct Driver {
     engine: DataPath,
-    metrics: Arc<Metrics>,
     clock: Clock,
     tun: Arc<Tun>,
     tun_mtu: usize,
@@ -117,10 +110,7 @@ pub struct Driver {
     app_stats: AppStats,
     commands: mpsc::Receiver<PacingCommand>,
     /// Drops and reordered packets (by site) as last copied into the metrics.
-    exported_drops: [u64; DropReason::ALL.len()],
-    exported_reordered: Vec<u64>,
-    /// The reordering counter of each site.
-    reordered: Vec<IntCounter>,
+    export: Export,
 }
 
 /// What a driver is built from.
@@ -148,13 +138,9 @@ impl Driver {
             commands,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
-        let reordered: Vec<IntCounter> = engine
-            .sites()
-            .map(|(_, id)| metrics.reordered(id))
-            .collect();
+        let export = Export::new(metrics, &engine);
         Driver {
             engine,
-            metrics,
             clock,
             tun: Arc::new(tun),
             tun_mtu,
@@ -166,9 +152,7 @@ impl Driver {
             rx_buf: BytesMut::with_capacity(256 * 1024),
             app_stats,
             commands,
-            exported_drops: [0; DropReason::ALL.len()],
-            exported_reordered: vec![0; reordered.len()],
-            reordered,
+            export,
         }
     }
 
@@ -302,10 +286,10 @@ impl Driver {
             }
         }
         while let Some(lane) = self.engine.poll_lane_close() {
-            if let Some(io) = self.lanes.get_mut(lane.0 as usize).and_then(Option::as_mut) {
-                io.replaced = true;
+            if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
                 io.conn.close(0u32.into(), b"replaced");
             }
+            self.export.lane_replaced(lane);
         }
     }
 
@@ -344,13 +328,11 @@ impl Driver {
             peer = %conn.remote_address(),
             "lane added"
         );
+        self.export.lane_up(id, &site, &uplink, colour);
         let io = LaneIo {
-            metrics: self.metrics.lane(&site, &uplink, colour),
             conn,
             queue,
             progress,
-            exported: LaneCounters::default(),
-            replaced: false,
         };
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
@@ -372,10 +354,13 @@ impl Driver {
                 self.sample_lanes(now);
                 self.export_metrics();
                 self.engine.handle_lane_closed(lane);
-                if let Some(io) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take) {
-                    if !io.replaced {
-                        io.metrics.up.set(0);
-                    }
+                self.export.lane_closed(lane);
+                if self
+                    .lanes
+                    .get_mut(lane.0 as usize)
+                    .and_then(Option::take)
+                    .is_some()
+                {
                     info!(lane = %lane, "lane removed");
                 }
                 while self.lane_tasks.try_join_next().is_some() {}
@@ -407,62 +392,9 @@ impl Driver {
         }
     }
 
-    /// Copies the engine's counters and lane state into the Prometheus metrics; the
-    /// first drop of each reason is logged as a warning.
+    /// Copies the engine's counters into the metrics.
     fn export_metrics(&mut self) {
-        for reason in DropReason::ALL {
-            let total = self.engine.dropped(reason);
-            let exported = &mut self.exported_drops[reason as usize];
-            if total > *exported {
-                if *exported == 0 && reason != DropReason::LinkLocal {
-                    warn!(
-                        reason = reason.as_str(),
-                        "dropped a packet (first of its kind; later ones are only counted)"
-                    );
-                }
-                self.metrics
-                    .dropped(reason)
-                    .inc_by(total.saturating_sub(*exported));
-                *exported = total;
-            }
-        }
-        for (i, counter) in self.reordered.iter().enumerate() {
-            let total = self.engine.reordered(SiteIdx(i as u32));
-            counter.inc_by(total.saturating_sub(self.exported_reordered[i]));
-            self.exported_reordered[i] = total;
-        }
-        self.metrics
-            .flows_active
-            .set(i64::try_from(self.engine.flows_active()).unwrap_or(i64::MAX));
-        self.metrics.set_lanes_up(self.engine.lanes_up());
-        for (i, io) in self.lanes.iter_mut().enumerate() {
-            let Some(io) = io else { continue };
-            let Some((view, counters)) = self.engine.lane(LaneId(i as u32)) else {
-                continue;
-            };
-            let m = &io.metrics;
-            if !io.replaced {
-                m.up.set(i64::from(view.up));
-            }
-            m.srtt.set(view.srtt.as_secs_f64());
-            m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
-            m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
-            let old = io.exported;
-            m.tx_packets
-                .inc_by(counters.tx_packets.saturating_sub(old.tx_packets));
-            m.tx_bytes
-                .inc_by(counters.tx_bytes.saturating_sub(old.tx_bytes));
-            m.rx_packets
-                .inc_by(counters.rx_packets.saturating_sub(old.rx_packets));
-            m.rx_bytes
-                .inc_by(counters.rx_bytes.saturating_sub(old.rx_bytes));
-            m.lost
-                .inc_by(counters.lost_packets.saturating_sub(old.lost_packets));
-            for (k, c) in m.decisions.iter().enumerate() {
-                c.inc_by(counters.decisions[k].saturating_sub(old.decisions[k]));
-            }
-            io.exported = *counters;
-        }
+        self.export.copy(&self.engine);
         self.app_stats.export(&self.engine);
     }
 

@@ -1,13 +1,15 @@
 //! Prometheus metrics of SPEC §10 (prefix `braid_`). Children are created once per
 //! lane or reason and kept, so the per-packet cost is one atomic add.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::core::lane::Colour;
+use crate::core::engine::{DataPath, LaneCounters, SiteIdx};
+use crate::core::lane::{Colour, LaneId};
 use crate::core::sched::DecisionKind;
 use crate::core::stats::DropReason;
 
@@ -261,5 +263,122 @@ impl Metrics {
         // Encoding into a Vec cannot fail for well-formed metric families.
         let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
+    }
+}
+
+/// Copies a data path's counters and lane state into the metrics (the engine counts
+/// in plain integers; the metrics grow by the difference since the last copy). The
+/// first drop of each reason is logged as a warning.
+pub struct Export {
+    metrics: Arc<Metrics>,
+    drops: [u64; DropReason::ALL.len()],
+    /// Per site: its reordering counter and the count last copied.
+    reordered: Vec<(IntCounter, u64)>,
+    /// By `LaneId`.
+    lanes: Vec<Option<LaneExport>>,
+}
+
+struct LaneExport {
+    metrics: LaneMetrics,
+    exported: LaneCounters,
+    /// Replaced by a newer lane of its uplink, which owns the `uplink_up` gauge.
+    replaced: bool,
+}
+
+impl Export {
+    pub fn new(metrics: Arc<Metrics>, engine: &DataPath) -> Export {
+        let reordered = engine
+            .sites()
+            .map(|(_, id)| (metrics.reordered(id), 0))
+            .collect();
+        Export {
+            metrics,
+            drops: [0; DropReason::ALL.len()],
+            reordered,
+            lanes: Vec::new(),
+        }
+    }
+
+    /// A lane came up: its metrics are those of its site, uplink and colour (a lane
+    /// that reconnects keeps counting on them).
+    pub fn lane_up(&mut self, lane: LaneId, site: &str, uplink: &str, colour: Colour) {
+        let slot = lane.0 as usize;
+        if self.lanes.len() <= slot {
+            self.lanes.resize_with(slot + 1, || None);
+        }
+        self.lanes[slot] = Some(LaneExport {
+            metrics: self.metrics.lane(site, uplink, colour),
+            exported: LaneCounters::default(),
+            replaced: false,
+        });
+    }
+
+    /// A lane was replaced by its reconnect, which reports the uplink's state now.
+    pub fn lane_replaced(&mut self, lane: LaneId) {
+        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) {
+            l.replaced = true;
+        }
+    }
+
+    /// A lane is gone (copy its last counts first).
+    pub fn lane_closed(&mut self, lane: LaneId) {
+        if let Some(l) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take)
+            && !l.replaced
+        {
+            l.metrics.up.set(0);
+        }
+    }
+
+    /// Copies what changed since the last call.
+    pub fn copy(&mut self, engine: &DataPath) {
+        for reason in DropReason::ALL {
+            let total = engine.dropped(reason);
+            let exported = &mut self.drops[reason as usize];
+            if total > *exported {
+                if *exported == 0 && reason != DropReason::LinkLocal {
+                    tracing::warn!(
+                        reason = reason.as_str(),
+                        "dropped a packet (first of its kind; later ones are only counted)"
+                    );
+                }
+                self.metrics.dropped(reason).inc_by(total - *exported);
+                *exported = total;
+            }
+        }
+        for (i, (counter, exported)) in self.reordered.iter_mut().enumerate() {
+            let total = engine.reordered(SiteIdx(i as u32));
+            counter.inc_by(total.saturating_sub(*exported));
+            *exported = total;
+        }
+        self.metrics
+            .flows_active
+            .set(i64::try_from(engine.flows_active()).unwrap_or(i64::MAX));
+        self.metrics.set_lanes_up(engine.lanes_up());
+        for (i, l) in self.lanes.iter_mut().enumerate() {
+            let Some(l) = l else { continue };
+            let Some((view, now)) = engine.lane(LaneId(i as u32)) else {
+                continue;
+            };
+            let m = &l.metrics;
+            if !l.replaced {
+                m.up.set(i64::from(view.up));
+            }
+            m.srtt.set(view.srtt.as_secs_f64());
+            m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
+            m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
+            let old = l.exported;
+            m.tx_packets
+                .inc_by(now.tx_packets.saturating_sub(old.tx_packets));
+            m.tx_bytes.inc_by(now.tx_bytes.saturating_sub(old.tx_bytes));
+            m.rx_packets
+                .inc_by(now.rx_packets.saturating_sub(old.rx_packets));
+            m.rx_bytes.inc_by(now.rx_bytes.saturating_sub(old.rx_bytes));
+            m.lost
+                .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
+            for (k, c) in m.decisions.iter().enumerate() {
+                c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
+            }
+            l.exported = *now;
+        }
     }
 }
