@@ -279,6 +279,14 @@ fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
     );
 }
 
+/// A runtime for a test's own QUIC peers, on the thread that entered a namespace.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 fn tls_client(
     dir: &std::path::Path,
     ca_dir: &std::path::Path,
@@ -306,11 +314,7 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
     braid::cert::issue(&state, "site9").expect("site9 cert");
 
     let results = in_netns(&tb.ns("en"), move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
+        runtime().block_on(async move {
             let exit: SocketAddr = "198.19.200.1:4433".parse().expect("addr");
             let any: SocketAddr = "0.0.0.0:0".parse().expect("addr");
             let hello = |site: &str| Hello {
@@ -642,11 +646,7 @@ fn a_flood_of_handshakes_is_bounded_and_the_lanes_carry_on() {
     // Peers that complete TLS and then say nothing hold a handshake slot each until
     // the hello times out (5 s); past the bound, the exit refuses new ones at once.
     let refused = in_netns(&tb.ns("en"), move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
+        runtime().block_on(async move {
             let exit: SocketAddr = "198.19.200.1:4433".parse().expect("addr");
             let socket =
                 braid::lane::udp_socket("0.0.0.0:0".parse().expect("addr"), None).expect("socket");

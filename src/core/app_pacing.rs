@@ -146,36 +146,24 @@ impl<T> AppPacing<T> {
         mut unpaced: impl FnMut(T),
     ) {
         let old = &self.sites[site.0 as usize];
-        // Name -> queue of the old table's applications; what is left over is gone.
-        let mut old_slots: FixedMap<&str, SlotId> = old
+        // Name -> queue and counters of the old table's applications: they follow the
+        // name into the new table; what is left over is gone.
+        let mut old_apps: FixedMap<&str, (SlotId, AppCounters)> = old
             .table
             .apps
             .iter()
-            .zip(&old.slots[1..])
-            .map(|(a, slot)| (a.name.as_str(), *slot))
+            .zip(old.slots[1..].iter().zip(&old.counters[1..]))
+            .map(|(a, (slot, c))| (a.name.as_str(), (*slot, *c)))
             .collect();
-        let kept: Vec<Option<SlotId>> = table
+        let kept: Vec<Option<(SlotId, AppCounters)>> = table
             .apps
             .iter()
-            .map(|a| old_slots.remove(a.name.as_str()))
-            .collect();
-        // Counters follow their application's name, like its queue.
-        let mut old_counters: FixedMap<&str, AppCounters> = old
-            .table
-            .apps
-            .iter()
-            .zip(&old.counters[1..])
-            .map(|(a, c)| (a.name.as_str(), *c))
+            .map(|a| old_apps.remove(a.name.as_str()))
             .collect();
         let mut counters = Vec::with_capacity(table.apps.len() + 1);
         counters.push(old.counters[0]);
-        counters.extend(
-            table
-                .apps
-                .iter()
-                .map(|a| old_counters.remove(a.name.as_str()).unwrap_or_default()),
-        );
-        let mut gone: Vec<SlotId> = old_slots.into_values().collect();
+        counters.extend(kept.iter().map(|k| k.map(|(_, c)| c).unwrap_or_default()));
+        let mut gone: Vec<SlotId> = old_apps.into_values().map(|(slot, _)| slot).collect();
         gone.sort();
         let default = old.slots[0];
         for slot in gone {
@@ -187,7 +175,7 @@ impl<T> AppPacing<T> {
         for (i, (app, kept)) in table.apps.iter().zip(kept).enumerate() {
             let spec = self.spec(Some(app));
             let slot = match kept {
-                Some(slot) => {
+                Some((slot, _)) => {
                     self.pacer.set(slot, spec, now);
                     slot
                 }
@@ -460,6 +448,8 @@ mod tests {
             }
         }
         assert_eq!(p.queued_bytes(site, AppIdx(1)), 2000);
+        p.count_carried(site, AppIdx(2), Direction::Up, 1000);
+        p.count_carried(site, AppIdx(1), Direction::Down, 7);
         // "a" goes, "b" moves to the front and speeds up, "c" is new.
         let second = r#"{"version": 2, "apps": [
             {"name": "b", "match": {"remote_ports": "2"}, "rate_up_kbps": 8000},
@@ -468,6 +458,17 @@ mod tests {
         p.apply(site, table(second), Instant::ZERO, |i| unpaced.push(i));
         assert_eq!(unpaced, [11, 12], "a's queued packets are sent, not lost");
         assert_eq!(p.queued_bytes(site, AppIdx(1)), 2000, "b kept its queue");
+        let b_counts = p.counters(site, AppIdx(1));
+        assert_eq!(
+            (b_counts.paced_bytes, b_counts.drops),
+            (1000, 0),
+            "and its counters"
+        );
+        assert_eq!(
+            p.counters(site, AppIdx(2)),
+            AppCounters::default(),
+            "c starts at 0"
+        );
         assert_eq!(p.target_bps(site, AppIdx(1)), 8_000_000);
         assert_eq!(p.table(site).version, 2);
         let mut out = Vec::new();

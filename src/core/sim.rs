@@ -16,6 +16,7 @@ use super::engine::{DataPath, LaneUp, Role};
 use super::lane::{Colour, LaneId, LaneSample};
 use super::pacing_table::{AppIdx, PacingTable};
 use super::sched::Algorithm;
+use super::sched::sim::Rng;
 use super::time::Instant;
 
 const PAYLOAD: usize = 1172; // 1200-byte IPv4/UDP packets
@@ -78,18 +79,6 @@ struct SimFlow {
     next_send: Instant,
     /// Packets left in the current burst; between bursts the flow pauses.
     burst_left: u32,
-}
-
-/// xorshift64: reproducible pseudo-random numbers for a given seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
 }
 
 /// A lane's rate (bit/s), one-way delay (ms), loss (per mille) and when it falls silent.
@@ -172,7 +161,7 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
             src_port,
             dst_port,
             interval: Duration::from_nanos(packet_bits * 1_000_000_000 / bps),
-            next_send: Instant::from_nanos(rng.below(10_000_000)),
+            next_send: Instant::from_nanos(rng.next(10_000_000)),
             burst_left: 0,
         })
         .collect();
@@ -223,8 +212,8 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
             f.next_send = now + f.interval;
             if f.dst_port == 5001 {
                 if f.burst_left == 0 {
-                    f.burst_left = 1 + rng.below(64) as u32;
-                    f.next_send = f.next_send + Duration::from_micros(rng.below(20_000));
+                    f.burst_left = 1 + rng.next(64) as u32;
+                    f.next_send = f.next_send + Duration::from_micros(rng.next(20_000));
                 }
                 f.burst_left -= 1;
             }
@@ -252,7 +241,7 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
             l.free_at = departs;
             l.queued.push_back((departs, len));
             last_sent[lane] = now;
-            if rng.below(1000) >= l.loss {
+            if rng.next(1000) >= l.loss {
                 order += 1;
                 in_flight.push(Reverse((departs + l.one_way, order, lane, t.datagram)));
             }

@@ -9,7 +9,7 @@ mod afmt;
 mod min_rtt;
 mod round_robin;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 mod single;
 mod weighted_round_robin;
 

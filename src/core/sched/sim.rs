@@ -36,11 +36,12 @@ pub struct Outcome {
     pub switches: u64,
 }
 
-/// xorshift64: reproducible pseudo-random numbers for a given seed.
-struct Rng(u64);
+/// xorshift64: reproducible pseudo-random numbers for a given seed (not zero).
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
+    /// A number below `below` (0 for 0).
+    pub fn next(&mut self, below: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
