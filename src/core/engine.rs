@@ -362,13 +362,9 @@ impl DataPath {
                 && old.uplink == up.uplink
             {
                 old.retired = true;
-                self.lanes_to_close.push_back(LaneId(i as u32));
                 let id = LaneId(i as u32);
-                if let Some(v) = self.sites[site.0 as usize]
-                    .lanes
-                    .iter_mut()
-                    .find(|v| v.id == id)
-                {
+                self.lanes_to_close.push_back(id);
+                if let Some(v) = view_mut(&mut self.sites, site, id) {
                     v.up = false;
                 }
             }
@@ -451,11 +447,7 @@ impl DataPath {
                 Some(l.heard_at.saturating_add(self.lane_stall)),
             );
         }
-        if let Some(v) = self.sites[l.site.0 as usize]
-            .lanes
-            .iter_mut()
-            .find(|v| v.id == lane)
-        {
+        if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
             v.up = up;
             v.srtt = sample.srtt;
             v.cwnd = sample.cwnd;
@@ -502,11 +494,7 @@ impl DataPath {
             for (i, l) in self.lanes.iter().enumerate() {
                 let Some(l) = l else { continue };
                 let id = LaneId(i as u32);
-                let Some(v) = self.sites[l.site.0 as usize]
-                    .lanes
-                    .iter_mut()
-                    .find(|v| v.up && v.id == id)
-                else {
+                let Some(v) = view_mut(&mut self.sites, l.site, id).filter(|v| v.up) else {
                     continue;
                 };
                 let silent_from = l.heard_at.saturating_add(self.lane_stall);
@@ -717,6 +705,14 @@ impl DataPath {
         let headers = if ipv6 { 60 } else { 40 };
         u16::try_from(path_mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
     }
+}
+
+/// The scheduler's view of a lane of `site`.
+fn view_mut(sites: &mut [Site], site: SiteIdx, lane: LaneId) -> Option<&mut LaneView> {
+    sites[site.0 as usize]
+        .lanes
+        .iter_mut()
+        .find(|v| v.id == lane)
 }
 
 /// The earlier of two optional instants.
