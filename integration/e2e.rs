@@ -59,6 +59,35 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
         let (status, body) = tb.admin_get(role, "/healthz");
         assert_eq!(status, 200, "{role} /healthz: {body}");
     }
+    // `braid status` (renewed every second): every uplink's lane up at both ends.
+    let lanes_up = |role: &str| -> Vec<String> {
+        let json = tb.ok(role, &[braid_bin(), "status", "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+        doc["sites"][0]["lanes"]
+            .as_array()
+            .expect("lanes")
+            .iter()
+            .filter(|l| l["state"] == "up" && l["srtt_ms"].as_f64().is_some_and(|s| s > 0.0))
+            .map(|l| l["uplink"].as_str().expect("uplink").to_string())
+            .collect()
+    };
+    for role in ["en", "ex"] {
+        let all_up = (0..150).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            lanes_up(role) == ["up1", "up2", "up3"]
+        });
+        assert!(all_up, "{role}: lanes up {:?}", lanes_up(role));
+    }
+    let table = tb.ok("en", &[braid_bin(), "status"]);
+    assert!(
+        table.starts_with("braid ") && table.contains(" entry, up "),
+        "{table}"
+    );
+    for i in 1..=3 {
+        let row = format!("up{i}        blue  up ");
+        assert!(table.contains(&row), "no {row:?} in\n{table}");
+    }
+    assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
     for i in 1..=3 {
         let sample = format!(
             "braid_lane_tx_packets_total{{colour=\"blue\",site=\"site1\",uplink=\"up{i}\"}}"

@@ -1,6 +1,6 @@
 //! The admin HTTP server on `admin.listen`: `GET /metrics` (Prometheus text format),
-//! `GET /healthz` (200 while at least one lane is up, 503 otherwise), and the pacing
-//! API of SPEC §9: `GET /v1/sites` (the sites served here), `GET`/`PUT
+//! `GET /healthz` (200 while at least one lane is up, 503 otherwise), `GET /v1/status`
+//! (what `braid status` shows), and the pacing API of SPEC §9: `GET /v1/sites` (the sites served here), `GET`/`PUT
 //! /v1/sites/{site}/pacing` and `GET /v1/sites/{site}/apps`.
 //!
 //! Writes need `Authorization: Bearer TOKEN` with the token of `admin.token_file`;
@@ -26,6 +26,7 @@ use tracing::{debug, info};
 use crate::core::pacing_table::PacingTable;
 use crate::metrics::Metrics;
 use crate::pacing_control::{PacingControl, PutError};
+use crate::status::Status;
 
 /// The largest request body taken: a table of 10,000 applications is about 2 MB.
 pub const MAX_BODY: usize = 16 << 20;
@@ -36,6 +37,8 @@ pub struct Admin {
     pub pacing: Arc<PacingControl>,
     /// The bearer token writes need; `None` refuses every write.
     pub token: Option<String>,
+    /// The data path's last status (`GET /v1/status`), renewed every second.
+    pub status: Arc<std::sync::Mutex<Status>>,
 }
 
 /// Reads `admin.token_file`: its first line, which must not be empty.
@@ -123,6 +126,14 @@ async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> 
                 text(StatusCode::SERVICE_UNAVAILABLE, "no lane is up".into())
             }
         }
+        (&Method::GET, ["v1", "status"]) => {
+            let status = admin
+                .status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            json(StatusCode::OK, &status)
+        }
         (&Method::GET, ["v1", "sites"]) => json(
             StatusCode::OK,
             &serde_json::json!({ "sites": admin.pacing.sites() }),
@@ -139,7 +150,7 @@ async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> 
             Some(report) => json(StatusCode::OK, &report),
             None => no_site(site),
         },
-        (_, ["metrics" | "healthz"] | ["v1", "sites"] | ["v1", "sites", _, "apps"]) => {
+        (_, ["metrics" | "healthz"] | ["v1", "status" | "sites"] | ["v1", "sites", _, "apps"]) => {
             text(StatusCode::METHOD_NOT_ALLOWED, "only GET".into())
         }
         (_, ["v1", "sites", _, "pacing"]) => {
@@ -271,6 +282,7 @@ mod tests {
                 Arc::default(),
             )),
             token: None,
+            status: Arc::default(),
         });
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(serve(listener, admin, shutdown.clone()));

@@ -1,4 +1,4 @@
-//! `braid pacing get|put`: the controller's command-line client of the admin API.
+//! `braid status` and `braid pacing get|put`: command-line clients of the admin API.
 
 use std::path::{Path, PathBuf};
 
@@ -92,6 +92,37 @@ impl AdminClient {
             _ => bail!("GET /v1/sites: unexpected answer {body}"),
         }
     }
+}
+
+/// `braid status`: prints the gateway's status as a table (`json`: the API's
+/// document), once or (`watch`) every second in place until interrupted.
+pub fn status(admin: &str, json: bool, watch: bool) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let client = AdminClient::new(admin, None)?;
+        loop {
+            let (status, body) = client
+                .request(Method::GET, "/v1/status", Vec::new())
+                .await?;
+            if status != StatusCode::OK {
+                bail!("GET /v1/status: {status}: {body}");
+            }
+            let text = if json {
+                body
+            } else {
+                let document: crate::status::Status = serde_json::from_str(&body)
+                    .with_context(|| format!("GET /v1/status: unexpected answer {body}"))?;
+                crate::status::table(&document)
+            };
+            if !watch {
+                println!("{}", text.trim_end());
+                return Ok(());
+            }
+            // Like top: home, clear, then the new screen.
+            print!("\x1b[H\x1b[2J{}", text);
+            std::io::Write::flush(&mut std::io::stdout())?;
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    })
 }
 
 /// `braid pacing get`: prints the site's table.

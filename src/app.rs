@@ -26,6 +26,7 @@ use crate::driver::{Driver, DriverParts};
 use crate::lane::{self, client::Dialer};
 use crate::metrics::Metrics;
 use crate::pacing_control::{self, PacingControl};
+use crate::status::Status;
 use crate::tun::Tun;
 
 /// How long lanes get to close after the data path stopped.
@@ -122,6 +123,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     let report = Arc::new(Mutex::new(Vec::new()));
     let app_stats = AppStats::new(metrics.clone(), &engine, report.clone());
     let (commands_tx, commands_rx) = mpsc::channel(16);
+    let status = Arc::new(Mutex::new(Status::default()));
     let control = PacingControl::new(
         site_ids,
         tables,
@@ -136,6 +138,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             metrics: metrics.clone(),
             pacing: Arc::new(control),
             token,
+            status: status.clone(),
         }),
         shutdown.clone(),
     ));
@@ -148,6 +151,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         tun_mtu: config.tun.mtu as usize,
         events: events_rx,
         commands: commands_rx,
+        status,
     });
     driver.run(shutdown.clone()).await;
     shutdown.cancel();

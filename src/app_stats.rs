@@ -23,7 +23,7 @@ pub struct SiteReport {
     pub apps: Vec<AppReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct AppReport {
     pub name: String,
     /// Flows seen in the paced direction within the flow timeout.
@@ -140,9 +140,9 @@ impl AppStats {
         }
     }
 
-    /// Measures every application's rates since the last report and publishes the
-    /// new report.
-    pub fn report(&mut self, now: Instant, engine: &DataPath) {
+    /// Measures every application's rates since the last report, publishes the new
+    /// report and returns it.
+    pub fn report(&mut self, now: Instant, engine: &DataPath) -> Vec<SiteReport> {
         let secs = now.saturating_since(self.reported_at).as_secs_f64();
         self.reported_at = now;
         let pacing = engine.pacing();
@@ -184,6 +184,7 @@ impl AppStats {
                 apps,
             });
         }
-        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = reports;
+        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = reports.clone();
+        reports
     }
 }

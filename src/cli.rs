@@ -1,4 +1,4 @@
-//! The command line: `braid run | check-config | cert | pacing | demo`. Exit codes: 0 success, 2 a
+//! The command line: `braid run | check-config | cert | status | pacing | demo`. Exit codes: 0 success, 2 a
 //! configuration error, 1 any other failure; errors are one line `error: ...`.
 
 use std::path::PathBuf;
@@ -31,6 +31,17 @@ enum Command {
     /// Manage the deployment's private CA.
     #[command(subcommand)]
     Cert(CertCommand),
+    /// Show what a running gateway is doing: lanes, applications, flows, drops.
+    Status {
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: String,
+        /// Print the API's JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Refresh every second, like top, until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Read or replace a site's application table (the controller's client).
     #[command(subcommand)]
     Pacing(PacingCommand),
@@ -93,6 +104,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
         Command::Demo { seconds, scheduler } => crate::demo::run(seconds, &scheduler),
+        Command::Status { admin, json, watch } => crate::admin_client::status(&admin, json, watch),
         Command::Pacing(PacingCommand::Get { site, admin }) => {
             crate::admin_client::get(&admin, site)
         }

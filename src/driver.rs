@@ -9,8 +9,8 @@
 //! forgotten only when its receive task says it is closed: that is the lane's last
 //! message, so its id can be reused without mixing two lanes' datagrams.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -28,13 +28,15 @@ use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
 use crate::metrics::{Export, Metrics};
 use crate::pacing_control::PacingCommand;
+use crate::status::{Status, StatusBuilder};
 use crate::tun::Tun;
 
 /// Packets read per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
 /// How often the engine's counters are copied into the Prometheus metrics.
 const METRICS_INTERVAL: Duration = Duration::from_millis(100);
-/// How often per-application rates are measured for `GET /v1/sites/{site}/apps`.
+/// How often per-application and lane rates are measured for `GET /v1/sites/{site}/apps`
+/// and `GET /v1/status`.
 const APP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a lane's send task has done, for the engine's samples.
@@ -111,6 +113,9 @@ pub struct Driver {
     commands: mpsc::Receiver<PacingCommand>,
     /// Drops and reordered packets (by site) as last copied into the metrics.
     export: Export,
+    status_builder: StatusBuilder,
+    /// What `GET /v1/status` answers, renewed with the application report.
+    status: Arc<Mutex<Status>>,
 }
 
 /// What a driver is built from.
@@ -123,6 +128,7 @@ pub struct DriverParts {
     pub tun_mtu: usize,
     pub events: mpsc::Receiver<LaneEvent>,
     pub commands: mpsc::Receiver<PacingCommand>,
+    pub status: Arc<Mutex<Status>>,
 }
 
 impl Driver {
@@ -136,9 +142,11 @@ impl Driver {
             tun_mtu,
             events,
             commands,
+            status,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
         let export = Export::new(metrics, &engine);
+        let status_builder = StatusBuilder::new(engine.role());
         Driver {
             engine,
             clock,
@@ -153,6 +161,8 @@ impl Driver {
             app_stats,
             commands,
             export,
+            status_builder,
+            status,
         }
     }
 
@@ -205,7 +215,9 @@ impl Driver {
                         export_at = now + METRICS_INTERVAL;
                     }
                     if now >= report_at {
-                        self.app_stats.report(now, &self.engine);
+                        let apps = self.app_stats.report(now, &self.engine);
+                        let status = self.status_builder.build(now, &self.engine, &apps);
+                        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
                         report_at = now + APP_REPORT_INTERVAL;
                     }
                 }

@@ -19,6 +19,7 @@ pub mod driver;
 pub mod lane;
 pub mod metrics;
 pub mod pacing_control;
+pub mod status;
 pub mod sys;
 pub mod testbed;
 pub mod tun;

@@ -356,9 +356,10 @@ impl Export {
         self.metrics.set_lanes_up(engine.lanes_up());
         for (i, l) in self.lanes.iter_mut().enumerate() {
             let Some(l) = l else { continue };
-            let Some((view, now)) = engine.lane(LaneId(i as u32)) else {
+            let Some(lane) = engine.lane(LaneId(i as u32)) else {
                 continue;
             };
+            let (view, now) = (lane.view, lane.counters);
             let m = &l.metrics;
             if !l.replaced {
                 m.up.set(i64::from(view.up));

@@ -140,6 +140,19 @@ pub struct LaneCounters {
     pub decisions: [u64; DecisionKind::ALL.len()],
 }
 
+/// What the engine tells about one lane.
+#[derive(Debug, Clone, Copy)]
+pub struct LaneReport<'a> {
+    pub site: SiteIdx,
+    pub uplink: &'a str,
+    pub view: &'a LaneView,
+    pub counters: &'a LaneCounters,
+    /// When it last went up or down.
+    pub state_since: Instant,
+    /// Replaced by a newer lane of its uplink and colour.
+    pub replaced: bool,
+}
+
 /// A packet read from the TUN device on its way to a lane: its datagram, with room
 /// for the header in front, and what it is.
 struct Packet {
@@ -177,6 +190,8 @@ struct Lane {
     quinn_queued_bytes: u64,
     closed: bool,
     counters: LaneCounters,
+    /// When the lane last went up or down (scheduled or not).
+    state_since: Instant,
 }
 
 impl Lane {
@@ -362,6 +377,7 @@ impl DataPath {
                 && old.uplink == up.uplink
             {
                 old.retired = true;
+                old.state_since = now;
                 let id = LaneId(i as u32);
                 self.lanes_to_close.push_back(id);
                 if let Some(v) = view_mut(&mut self.sites, site, id) {
@@ -381,6 +397,7 @@ impl DataPath {
             quinn_queued_bytes: 0,
             closed: false,
             counters: LaneCounters::default(),
+            state_since: now,
         };
         let id = match self.lanes.iter().position(Option::is_none) {
             Some(free) => {
@@ -448,6 +465,9 @@ impl DataPath {
             );
         }
         if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
+            if v.up != up {
+                l.state_since = now;
+            }
             v.up = up;
             v.srtt = sample.srtt;
             v.cwnd = sample.cwnd;
@@ -491,7 +511,7 @@ impl DataPath {
         }
         if self.stall_check_at.is_some_and(|at| at <= now) {
             self.stall_check_at = None;
-            for (i, l) in self.lanes.iter().enumerate() {
+            for (i, l) in self.lanes.iter_mut().enumerate() {
                 let Some(l) = l else { continue };
                 let id = LaneId(i as u32);
                 let Some(v) = view_mut(&mut self.sites, l.site, id).filter(|v| v.up) else {
@@ -500,6 +520,7 @@ impl DataPath {
                 let silent_from = l.heard_at.saturating_add(self.lane_stall);
                 if silent_from <= now {
                     v.up = false;
+                    l.state_since = now;
                 } else {
                     self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
                 }
@@ -559,6 +580,10 @@ impl DataPath {
 
     // ---- what the shell reports ---------------------------------------------------
 
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
     /// The index of the site with this id.
     pub fn site_index(&self, id: &str) -> Option<SiteIdx> {
         self.sites
@@ -593,14 +618,30 @@ impl DataPath {
         self.sites.iter().map(|s| s.scheduler.flows()).sum()
     }
 
-    /// A lane as the scheduler sees it, and what it carried.
-    pub fn lane(&self, lane: LaneId) -> Option<(&LaneView, &LaneCounters)> {
+    /// A lane: whose it is, how the scheduler sees it, and what it carried.
+    pub fn lane(&self, lane: LaneId) -> Option<LaneReport<'_>> {
         let l = self.lanes.get(lane.0 as usize)?.as_ref()?;
         let view = self.sites[l.site.0 as usize]
             .lanes
             .iter()
             .find(|v| v.id == lane)?;
-        Some((view, &l.counters))
+        Some(LaneReport {
+            site: l.site,
+            uplink: &l.uplink,
+            view,
+            counters: &l.counters,
+            state_since: l.state_since,
+            replaced: l.retired,
+        })
+    }
+
+    /// The ids of every lane the engine knows (up, down or replaced).
+    pub fn lane_ids(&self) -> impl Iterator<Item = LaneId> + '_ {
+        self.lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_some())
+            .map(|(i, _)| LaneId(i as u32))
     }
 
     /// Lanes that are up.
@@ -894,7 +935,7 @@ pub(crate) mod tests {
         e.handle_lane_datagram(a, Bytes::from_static(b"abc"), Instant::ZERO);
         assert_eq!(e.dropped(DropReason::Malformed), 2);
         assert_eq!(e.poll_tun_write(), None);
-        let (_, counters) = e.lane(a).expect("lane a");
+        let counters = e.lane(a).expect("lane a").counters;
         assert_eq!(
             (counters.rx_packets, counters.rx_bytes),
             (3, 4 + 48 + 4 + 7 + 3)
@@ -986,7 +1027,8 @@ pub(crate) mod tests {
         }
         assert_eq!(lanes, [a, b, a, b]);
         assert_eq!(e.flows_active(), 4);
-        let decided = |l| e.lane(l).expect("lane").1.decisions[DecisionKind::NewFlow as usize];
+        let decided =
+            |l| e.lane(l).expect("lane").counters.decisions[DecisionKind::NewFlow as usize];
         assert_eq!((decided(a), decided(b)), (2, 2));
     }
 
@@ -1015,8 +1057,14 @@ pub(crate) mod tests {
             assert_eq!(sent_on(&mut e, &pkt, at(500)), Some(a));
         }
         assert_eq!(e.lanes_up(), 1);
+        assert_eq!(
+            e.lane(b).map(|l| l.state_since),
+            Some(at(500)),
+            "down since"
+        );
         // Its peer is heard again: b is back.
         e.handle_lane_sample(b, sample(1400, 101), at(520));
+        assert_eq!(e.lane(b).map(|l| l.state_since), Some(at(520)), "up since");
         let lanes: Vec<_> = (0..2)
             .filter_map(|_| sent_on(&mut e, &pkt, at(520)))
             .collect();

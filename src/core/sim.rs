@@ -253,7 +253,7 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
         lanes: sim_lanes
             .iter()
             .map(|l| {
-                let (_, c) = entry.lane(l.entry_id).expect("lane");
+                let c = entry.lane(l.entry_id).expect("lane").counters;
                 (l.sent_packets, l.sent_bytes, c.decisions)
             })
             .collect(),

@@ -1,0 +1,331 @@
+//! `GET /v1/status` and `braid status`: what a gateway is doing, built by the driver
+//! once a second from the engine's state and counters, and its 80-column table.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::app_stats::SiteReport;
+use crate::core::engine::{DataPath, Role};
+use crate::core::stats::DropReason;
+use crate::core::time::Instant;
+
+/// The document of `GET /v1/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct Status {
+    pub version: String,
+    /// `entry` or `exit`.
+    pub role: String,
+    pub uptime_seconds: u64,
+    /// Flows the schedulers track.
+    pub flows: u64,
+    /// Packets dropped so far, by reason (every reason, zeros included).
+    pub drops: BTreeMap<String, u64>,
+    pub sites: Vec<SiteStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SiteStatus {
+    pub site: String,
+    pub lanes: Vec<LaneStatus>,
+    /// The applications, as `GET /v1/sites/{site}/apps` reports them.
+    pub apps: Vec<crate::app_stats::AppReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LaneStatus {
+    pub uplink: String,
+    pub colour: String,
+    /// `up`, `down` (not scheduled: silent, closing or no datagrams) or `replaced`.
+    pub state: String,
+    /// Seconds in this state.
+    pub since_seconds: u64,
+    pub srtt_ms: f64,
+    pub cwnd_bytes: u64,
+    pub fill_bytes: u64,
+    /// Measured over the last second; up is site to concentrator.
+    pub rate_up_bps: u64,
+    pub rate_down_bps: u64,
+    pub lost_packets: u64,
+}
+
+/// Builds [`Status`] documents, measuring lane rates between two builds.
+pub struct StatusBuilder {
+    role: Role,
+    /// (tx bytes, rx bytes) of each lane at the last build, by lane id.
+    bytes: Vec<Option<(u64, u64)>>,
+    built_at: Instant,
+}
+
+impl StatusBuilder {
+    pub fn new(role: Role) -> StatusBuilder {
+        StatusBuilder {
+            role,
+            bytes: Vec::new(),
+            built_at: Instant::ZERO,
+        }
+    }
+
+    /// The gateway's status at `now`, with the applications of the last report.
+    pub fn build(&mut self, now: Instant, engine: &DataPath, apps: &[SiteReport]) -> Status {
+        let secs = now.saturating_since(self.built_at).as_secs_f64();
+        self.built_at = now;
+        let mut sites: Vec<SiteStatus> = engine
+            .sites()
+            .map(|(site, id)| SiteStatus {
+                site: id.to_string(),
+                lanes: Vec::new(),
+                apps: apps
+                    .get(site.0 as usize)
+                    .map(|r| r.apps.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        for id in engine.lane_ids() {
+            let Some(lane) = engine.lane(id) else {
+                continue;
+            };
+            let (tx, rx) = (lane.counters.tx_bytes, lane.counters.rx_bytes);
+            let before = self.bytes.get(id.0 as usize).copied().flatten();
+            let bps = |now: u64, then: Option<u64>| match then {
+                Some(then) if secs > 0.0 => (now.saturating_sub(then) as f64 * 8.0 / secs) as u64,
+                _ => 0,
+            };
+            let (tx_bps, rx_bps) = (bps(tx, before.map(|b| b.0)), bps(rx, before.map(|b| b.1)));
+            let (rate_up_bps, rate_down_bps) = match self.role {
+                Role::Entry => (tx_bps, rx_bps),
+                Role::Exit => (rx_bps, tx_bps),
+            };
+            let state = if lane.replaced {
+                "replaced"
+            } else if lane.view.up {
+                "up"
+            } else {
+                "down"
+            };
+            sites[lane.site.0 as usize].lanes.push(LaneStatus {
+                uplink: lane.uplink.to_string(),
+                colour: lane.view.colour.as_str().to_string(),
+                state: state.to_string(),
+                since_seconds: now.saturating_since(lane.state_since).as_secs(),
+                srtt_ms: lane.view.srtt.as_secs_f64() * 1000.0,
+                cwnd_bytes: lane.view.cwnd,
+                fill_bytes: lane.view.fill,
+                rate_up_bps,
+                rate_down_bps,
+                lost_packets: lane.counters.lost_packets,
+            });
+            let slot = id.0 as usize;
+            if bytes.len() <= slot {
+                bytes.resize(slot + 1, None);
+            }
+            bytes[slot] = Some((tx, rx));
+        }
+        self.bytes = bytes;
+        for site in &mut sites {
+            site.lanes
+                .sort_by(|a, b| (&a.uplink, &a.colour).cmp(&(&b.uplink, &b.colour)));
+        }
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            role: match self.role {
+                Role::Entry => "entry",
+                Role::Exit => "exit",
+            }
+            .to_string(),
+            uptime_seconds: now.as_nanos() / 1_000_000_000,
+            flows: engine.flows_active() as u64,
+            drops: DropReason::ALL
+                .iter()
+                .map(|r| (r.as_str().to_string(), engine.dropped(*r)))
+                .collect(),
+            sites,
+        }
+    }
+}
+
+/// The status as a table of at most 80 columns.
+pub fn table(status: &Status) -> String {
+    let mut out = format!(
+        "braid {} {}, up {}, {} flows\n",
+        status.version,
+        status.role,
+        duration(status.uptime_seconds),
+        status.flows
+    );
+    for site in &status.sites {
+        out.push_str(&format!("\nsite {}\n", site.site));
+        out.push_str(&format!(
+            "  {:<10} {:<5} {:<12} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5}\n",
+            "uplink",
+            "lane",
+            "state",
+            "srtt ms",
+            "cwnd KB",
+            "fill KB",
+            "up Mb/s",
+            "dn Mb/s",
+            "lost"
+        ));
+        for l in &site.lanes {
+            let state = format!("{} {}", l.state, duration(l.since_seconds));
+            out.push_str(&format!(
+                "  {:<10} {:<5} {:<12} {:>7.1} {:>7.0} {:>7.0} {:>8.1} {:>8.1} {:>5}\n",
+                clip(&l.uplink, 10),
+                clip(&l.colour, 5),
+                clip(&state, 12),
+                l.srtt_ms,
+                l.cwnd_bytes as f64 / 1000.0,
+                l.fill_bytes as f64 / 1000.0,
+                l.rate_up_bps as f64 / 1e6,
+                l.rate_down_bps as f64 / 1e6,
+                compact(l.lost_packets)
+            ));
+        }
+        if site.lanes.is_empty() {
+            out.push_str("  no lane\n");
+        }
+        out.push_str(&format!(
+            "  {:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
+            "application", "target", "up Mb/s", "dn Mb/s", "queue KB", "drops", "flows"
+        ));
+        for a in &site.apps {
+            let target = if a.target_bps == 0 {
+                "unpaced".to_string()
+            } else {
+                format!("{:.1}", a.target_bps as f64 / 1e6)
+            };
+            out.push_str(&format!(
+                "  {:<22} {:>8} {:>8.1} {:>8.1} {:>8.0} {:>8} {:>7}\n",
+                clip(&a.name, 22),
+                target,
+                a.rate_up_bps as f64 / 1e6,
+                a.rate_down_bps as f64 / 1e6,
+                a.queue_bytes as f64 / 1000.0,
+                compact(a.drops),
+                compact(a.flows)
+            ));
+        }
+    }
+    let drops: Vec<String> = status
+        .drops
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(reason, n)| format!("{reason} {}", compact(*n)))
+        .collect();
+    out.push_str(&format!(
+        "\ndropped: {}\n",
+        if drops.is_empty() {
+            "nothing".to_string()
+        } else {
+            drops.join(", ")
+        }
+    ));
+    out
+}
+
+/// `text` cut to `width` characters.
+fn clip(text: &str, width: usize) -> String {
+    text.chars().take(width).collect()
+}
+
+/// A count in at most 5 characters: 12345, then 123k, 1234M, 18E.
+fn compact(n: u64) -> String {
+    if n < 100_000 {
+        return n.to_string();
+    }
+    let mut value = n / 1000;
+    let mut units = ["k", "M", "G", "T", "P", "E"].into_iter().peekable();
+    while let Some(unit) = units.next() {
+        if value < 10_000 || units.peek().is_none() {
+            return format!("{value}{unit}");
+        }
+        value /= 1000;
+    }
+    n.to_string()
+}
+
+/// Seconds as `42s`, `7m`, `3h`, `12d`.
+fn duration(secs: u64) -> String {
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m", secs / 60),
+        3600..=86_399 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app_stats::AppReport;
+
+    fn status() -> Status {
+        let lane = |uplink: &str, state: &str| LaneStatus {
+            uplink: uplink.into(),
+            colour: "blue".into(),
+            state: state.into(),
+            since_seconds: 4000,
+            srtt_ms: 12.345,
+            cwnd_bytes: 123_456_789,
+            fill_bytes: 99_999_999,
+            rate_up_bps: 987_654_321_000,
+            rate_down_bps: 50_000_000,
+            lost_packets: 123_456_789_012,
+        };
+        Status {
+            version: "0.1.0".into(),
+            role: "entry".into(),
+            uptime_seconds: 90_000,
+            flows: 17,
+            drops: [("queue_full".to_string(), 3), ("spoofed".to_string(), 0)].into(),
+            sites: vec![SiteStatus {
+                site: "branch-with-a-very-long-name".into(),
+                lanes: vec![
+                    lane("dsl", "up"),
+                    lane("a-very-long-uplink-name", "replaced"),
+                ],
+                apps: vec![AppReport {
+                    name: "an-application-with-a-long-name".into(),
+                    flows: 3,
+                    target_bps: 12_000_000,
+                    rate_up_bps: 11_900_000,
+                    rate_down_bps: 0,
+                    queue_bytes: 65_536,
+                    drops: 2,
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_table_fits_80_columns_and_shows_every_lane_and_application() {
+        let text = table(&status());
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{} columns: {line}", line.len());
+        }
+        assert!(
+            text.contains("braid 0.1.0 entry, up 1d, 17 flows"),
+            "{text}"
+        );
+        assert!(text.contains("dsl        blue  up 1h"), "{text}");
+        assert!(text.contains("a-very-lon blue  replaced 1h"), "{text}");
+        assert!(
+            text.contains("an-application-with-a-     12.0     11.9"),
+            "{text}"
+        );
+        assert!(text.contains("dropped: queue_full 3\n"), "{text}");
+        assert_eq!(
+            [0, 99_999, 100_000, 9_999_999, 123_456_789_012, u64::MAX].map(compact),
+            ["0", "99999", "100k", "9999k", "123G", "18E"]
+        );
+    }
+
+    #[test]
+    fn the_document_round_trips_through_json() {
+        let json = serde_json::to_string(&status()).expect("serialise");
+        let back: Status = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, status());
+    }
+}
