@@ -59,6 +59,29 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
         let (status, body) = tb.admin_get(role, "/healthz");
         assert_eq!(status, 200, "{role} /healthz: {body}");
     }
+    // `/metrics` passes Prometheus' own linter (installed by run-tests.sh).
+    for role in ["en", "ex"] {
+        let metrics = tb.metrics(role);
+        let mut promtool = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool (integration/run-tests.sh fetches it)");
+        std::io::Write::write_all(
+            &mut promtool.stdin.take().expect("stdin"),
+            metrics.as_bytes(),
+        )
+        .expect("metrics to promtool");
+        let out = promtool.wait_with_output().expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool check metrics on {role}: {}{}\n{metrics}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // `braid status` (renewed every second): every uplink's lane up at both ends.
     let lanes_up = |role: &str| -> Vec<String> {
         let json = tb.ok(role, &[braid_bin(), "status", "--json"]);

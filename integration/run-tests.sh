@@ -11,6 +11,22 @@ if [ "$(id -u)" != 0 ]; then
 fi
 command -v cargo >/dev/null || { echo "error: cargo not found: install Rust >= 1.88" >&2; exit 1; }
 bash integration/testbed.sh deps
+# promtool checks /metrics in the end-to-end tests. It is taken out of Debian's
+# prometheus package rather than installed with it, so that no Prometheus server is
+# installed or started on the machine running the tests.
+if ! command -v promtool >/dev/null; then
+    tools=$PWD/target/tools
+    if [ ! -x "$tools/promtool" ]; then
+        echo "fetching promtool from Debian's prometheus package"
+        dl=$(mktemp -d)
+        (cd "$dl" && { apt-get download prometheus >/dev/null 2>&1 ||
+            { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; })
+        dpkg-deb -x "$dl"/prometheus_*.deb "$dl/x"
+        install -D "$dl/x/usr/bin/promtool" "$tools/promtool"
+        rm -rf "$dl"
+    fi
+    export PATH="$tools:$PATH"
+fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings

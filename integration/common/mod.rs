@@ -196,6 +196,12 @@ impl Testbed {
         self.check(answer)
     }
 
+    /// A gateway's whole `/metrics` text.
+    pub fn metrics(&self, role: &str) -> String {
+        let metrics = self.inner.metrics(role);
+        self.check(metrics)
+    }
+
     /// The value of one sample of a gateway's metrics, e.g.
     /// `braid_packets_dropped_total{reason="spoofed"}`. A sample the gateway does not
     /// export fails the test: a misspelt name must not read as 0.
