@@ -746,3 +746,93 @@ fn a_flood_of_handshakes_is_bounded_and_the_lanes_carry_on() {
     // The site's own lanes carried on through the flood.
     ping_ok(&tb, "cl", SERVER_V4, 5);
 }
+
+#[test]
+fn systemd_is_told_ready_status_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let mut tb = Testbed::up("e2enotify", &[("RATES", "0 0 0")]);
+    tb.start();
+    // The entry again, started the way systemd starts it: a notification socket and
+    // a watchdog of 200 ms.
+    let pid = tb.gateway_pid("site1");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    tb.wait_gone(pid);
+    let path = std::env::temp_dir().join(format!("braid-notify-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let socket = UnixDatagram::bind(&path).expect("notification socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    let config = tb.path("site1.toml").display().to_string();
+    let notify = format!("NOTIFY_SOCKET={}", path.display());
+    let started = std::time::Instant::now();
+    let entry = tb.spawn(
+        "en",
+        &[
+            "env",
+            &notify,
+            "WATCHDOG_USEC=200000",
+            braid_bin(),
+            "run",
+            "--config",
+            &config,
+        ],
+        Ready::Now,
+    );
+    let mut heard: Vec<(Duration, String)> = Vec::new();
+    let listen = |until: Duration, heard: &mut Vec<(Duration, String)>| {
+        let mut buf = [0u8; 512];
+        while started.elapsed() < until {
+            if let Ok(n) = socket.recv(&mut buf) {
+                heard.push((
+                    started.elapsed(),
+                    String::from_utf8_lossy(&buf[..n]).into_owned(),
+                ));
+            }
+        }
+    };
+    listen(Duration::from_secs(3), &mut heard);
+    let pid = nix::unistd::Pid::from_raw(tb.child_pid(entry) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    listen(Duration::from_millis(3500), &mut heard);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    listen(Duration::from_secs(5), &mut heard);
+    let _ = std::fs::remove_file(&path);
+    let said = |what: &str| heard.iter().position(|(_, m)| m == what);
+    let ready = said("READY=1").unwrap_or_else(|| panic!("no READY=1 in {heard:?}"));
+    // The entry is ready once a lane is up, and says how many.
+    assert!(
+        heard[..ready].iter().all(|(_, m)| m != "STATUS=1 lanes up"),
+        "{heard:?}"
+    );
+    assert!(said("STATUS=3 lanes up").is_some(), "{heard:?}");
+    // A reload is bracketed by RELOADING=1 (with the monotonic clock) and READY=1.
+    let reloading = heard
+        .iter()
+        .position(|(_, m)| m.starts_with("RELOADING=1\nMONOTONIC_USEC="))
+        .unwrap_or_else(|| panic!("no RELOADING=1 in {heard:?}"));
+    assert!(
+        heard[reloading..].iter().any(|(_, m)| m == "READY=1"),
+        "no READY=1 after the reload: {heard:?}"
+    );
+    let stopping = said("STOPPING=1").unwrap_or_else(|| panic!("no STOPPING=1 in {heard:?}"));
+    assert!(stopping > reloading);
+    // The watchdog is pinged every 100 ms (half of WATCHDOG_USEC) by the data path.
+    let pings: Vec<Duration> = heard
+        .iter()
+        .filter(|(_, m)| m == "WATCHDOG=1")
+        .map(|(at, _)| *at)
+        .collect();
+    let longest = pings
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    println!(
+        "READY=1 after {:?}; {} watchdog pings, longest gap {longest:?}",
+        heard[ready].0,
+        pings.len()
+    );
+    assert!(pings.len() >= 20, "{} pings: {heard:?}", pings.len());
+    assert!(longest <= Duration::from_millis(150), "gap {longest:?}");
+}

@@ -25,6 +25,7 @@ use crate::core::time::Instant;
 use crate::driver::{Driver, DriverParts};
 use crate::lane::{self, client::Dialer};
 use crate::metrics::Metrics;
+use crate::notify::Notifier;
 use crate::pacing_control::{self, PacingControl};
 use crate::status::Status;
 use crate::tun::Tun;
@@ -131,7 +132,12 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         commands_tx,
         report,
     );
-    tasks.spawn(watch_signals(shutdown.clone(), config_path));
+    let notifier = Arc::new(Notifier::from_env());
+    tasks.spawn(watch_signals(
+        shutdown.clone(),
+        config_path,
+        notifier.clone(),
+    ));
     tasks.spawn(admin::serve(
         admin_listener,
         Arc::new(Admin {
@@ -152,6 +158,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         events: events_rx,
         commands: commands_rx,
         status,
+        notifier,
     });
     driver.run(shutdown.clone()).await;
     shutdown.cancel();
@@ -167,7 +174,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn watch_signals(shutdown: CancellationToken, config_path: PathBuf) {
+async fn watch_signals(shutdown: CancellationToken, config_path: PathBuf, notifier: Arc<Notifier>) {
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -180,15 +187,20 @@ async fn watch_signals(shutdown: CancellationToken, config_path: PathBuf) {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = hup.recv() => match Config::load(&config_path) {
-                // Nothing of this build's configuration can change at run time: a
-                // reload only checks the file so that the next restart will work.
-                Ok(_) => info!("SIGHUP: configuration is valid; changes apply at the next restart"),
-                Err(e) => warn!(error = %e, "SIGHUP: configuration is invalid; keeping the running one"),
-            },
+            _ = hup.recv() => {
+                notifier.reloading(crate::clock::monotonic_usec());
+                match Config::load(&config_path) {
+                    // Nothing of this build's configuration can change at run time: a
+                    // reload only checks the file so that the next restart will work.
+                    Ok(_) => info!("SIGHUP: configuration is valid; changes apply at the next restart"),
+                    Err(e) => warn!(error = %e, "SIGHUP: configuration is invalid; keeping the running one"),
+                }
+                notifier.ready();
+            }
             () = shutdown.cancelled() => return,
         }
     }
     info!("stopping");
+    notifier.stopping();
     shutdown.cancel();
 }

@@ -40,6 +40,13 @@ impl Default for Clock {
     }
 }
 
+/// `CLOCK_MONOTONIC` in microseconds, as systemd's `MONOTONIC_USEC=` wants it.
+pub fn monotonic_usec() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1000)
+        .unwrap_or(0)
+}
+
 /// Wall-clock time, for certificate validity.
 #[allow(clippy::disallowed_methods)] // the clock itself
 pub fn wall_now() -> time::OffsetDateTime {

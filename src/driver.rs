@@ -20,13 +20,14 @@ use tracing::{info, warn};
 
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
-use crate::core::engine::{DataPath, LaneUp};
+use crate::core::engine::{DataPath, LaneUp, Role};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
 use crate::metrics::{Export, Metrics};
+use crate::notify::Notifier;
 use crate::pacing_control::PacingCommand;
 use crate::status::{Status, StatusBuilder};
 use crate::tun::Tun;
@@ -116,6 +117,10 @@ pub struct Driver {
     status_builder: StatusBuilder,
     /// What `GET /v1/status` answers, renewed with the application report.
     status: Arc<Mutex<Status>>,
+    /// systemd: `READY=1` once sent, and the lanes up last told in `STATUS=`.
+    notifier: Arc<Notifier>,
+    ready: bool,
+    lanes_reported: Option<usize>,
 }
 
 /// What a driver is built from.
@@ -129,6 +134,7 @@ pub struct DriverParts {
     pub events: mpsc::Receiver<LaneEvent>,
     pub commands: mpsc::Receiver<PacingCommand>,
     pub status: Arc<Mutex<Status>>,
+    pub notifier: Arc<Notifier>,
 }
 
 impl Driver {
@@ -143,6 +149,7 @@ impl Driver {
             events,
             commands,
             status,
+            notifier,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
         let export = Export::new(metrics, &engine);
@@ -163,6 +170,9 @@ impl Driver {
             export,
             status_builder,
             status,
+            notifier,
+            ready: false,
+            lanes_reported: None,
         }
     }
 
@@ -172,7 +182,7 @@ impl Driver {
         // A handle of our own, so that waiting for the device does not borrow `self`.
         let tun = self.tun.clone();
         // One timer for everything the loop waits for but packets: the engine's
-        // deadline and the two export instants. It is moved only when something wants
+        // deadline, the two export instants and systemd's watchdog. It is moved only when something wants
         // an earlier wake-up than it is armed for: a timer that fires early costs an
         // idle turn of the loop, one re-armed on every wake-up the timer wheel's lock.
         let timer = tokio::time::sleep(Duration::ZERO);
@@ -180,12 +190,16 @@ impl Driver {
         let mut armed: Option<Instant> = None;
         let mut export_at = self.clock.now();
         let mut report_at = export_at;
+        // Pinged from this loop, so that a loop that is stuck misses it.
+        let watchdog_every = self.notifier.watchdog_interval().map(|i| i / 2);
+        let mut watchdog_at = export_at;
         loop {
             let due = self
                 .engine
                 .poll_timeout()
                 .map_or(export_at, |at| at.min(export_at));
             let due = due.min(report_at);
+            let due = watchdog_every.map_or(due, |_| due.min(watchdog_at));
             if armed.is_none_or(|armed| due < armed) {
                 timer.as_mut().reset(self.clock.deadline(due));
                 armed = Some(due);
@@ -209,18 +223,7 @@ impl Driver {
             }
             match wake {
                 Wake::Stop => break,
-                Wake::Timeout => {
-                    if now >= export_at {
-                        self.export_metrics();
-                        export_at = now + METRICS_INTERVAL;
-                    }
-                    if now >= report_at {
-                        let apps = self.app_stats.report(now, &self.engine);
-                        let status = self.status_builder.build(now, &self.engine, &apps);
-                        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
-                        report_at = now + APP_REPORT_INTERVAL;
-                    }
-                }
+                Wake::Timeout => {}
                 Wake::Command(command) => self.handle_command(command, now),
                 Wake::Lane(LaneEvent::Up(lane)) => self.add_lane(lane, now),
                 Wake::Lane(LaneEvent::Refused { reason, detail }) => {
@@ -266,6 +269,23 @@ impl Driver {
             }
             self.engine.handle_timeout(now);
             self.carry_out();
+            // Checked on every wake-up, so that traffic cannot starve them.
+            if now >= export_at {
+                self.export_metrics();
+                export_at = now + METRICS_INTERVAL;
+            }
+            if now >= report_at {
+                let apps = self.app_stats.report(now, &self.engine);
+                let status = self.status_builder.build(now, &self.engine, &apps);
+                *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+                report_at = now + APP_REPORT_INTERVAL;
+            }
+            if let Some(every) = watchdog_every
+                && now >= watchdog_at
+            {
+                self.notifier.watchdog();
+                watchdog_at = now + every;
+            }
         }
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
@@ -404,10 +424,21 @@ impl Driver {
         }
     }
 
-    /// Copies the engine's counters into the metrics.
+    /// Copies the engine's counters into the metrics, and tells systemd that the
+    /// gateway is ready (the exit at once, the entry once a lane is up) and how many
+    /// lanes are up.
     fn export_metrics(&mut self) {
         self.export.copy(&self.engine);
         self.app_stats.export(&self.engine);
+        let up = self.engine.lanes_up();
+        if !self.ready && (self.engine.role() == Role::Exit || up > 0) {
+            self.notifier.ready();
+            self.ready = true;
+        }
+        if self.lanes_reported != Some(up) {
+            self.notifier.status(&format!("{up} lanes up"));
+            self.lanes_reported = Some(up);
+        }
     }
 
     fn log_drops(&self) {

@@ -18,6 +18,7 @@ pub mod demo;
 pub mod driver;
 pub mod lane;
 pub mod metrics;
+pub mod notify;
 pub mod pacing_control;
 pub mod status;
 pub mod sys;
