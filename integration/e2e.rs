@@ -836,3 +836,96 @@ fn systemd_is_told_ready_status_watchdog_and_stopping() {
     assert!(pings.len() >= 20, "{} pings: {heard:?}", pings.len());
     assert!(longest <= Duration::from_millis(150), "gap {longest:?}");
 }
+
+/// Restores a file's mode when dropped.
+struct ModeGuard(std::path::PathBuf, u32);
+
+impl Drop for ModeGuard {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(self.1));
+    }
+}
+
+#[test]
+fn the_entry_carries_traffic_as_an_unprivileged_user_with_only_the_units_capabilities() {
+    use std::os::unix::fs::PermissionsExt;
+    // The capabilities systemd/braid@.service grants, in setpriv's spelling.
+    let unit = std::fs::read_to_string(repo().join("systemd/braid@.service")).expect("unit");
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .expect("AmbientCapabilities in the unit")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let caps = caps.join(",");
+    let mut tb = Testbed::up("e2epriv", &[("RATES", "0 0 0")]);
+    tb.start();
+    let pid = tb.gateway_pid("site1");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    tb.wait_gone(pid);
+    // What the braid user of the package would own, and the TUN device's usual mode
+    // on distributions (0666: a process needs CAP_NET_ADMIN to create a device).
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    nix::unistd::chown(&tb.path("site1.key"), Some(nobody), None).expect("chown key");
+    let tun = std::path::PathBuf::from("/dev/net/tun");
+    let mode = std::fs::metadata(&tun)
+        .expect("/dev/net/tun")
+        .permissions()
+        .mode();
+    let _restore = ModeGuard(tun.clone(), mode);
+    std::fs::set_permissions(&tun, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let config = tb.path("site1.toml").display().to_string();
+    let entry = tb.spawn(
+        "en",
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            &format!("--inh-caps=-all,{caps}"),
+            &format!("--ambient-caps={caps}"),
+            &format!("--bounding-set=-all,{caps}"),
+            "--no-new-privs",
+            braid_bin(),
+            "run",
+            "--config",
+            &config,
+        ],
+        Ready::Now,
+    );
+    let back = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        tb.run("cl", &["ping", "-c", "1", "-W", "1", SERVER_V4])
+            .status
+            .success()
+    });
+    assert!(
+        back,
+        "no traffic through the unprivileged entry\n{}",
+        tb.logs()
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", tb.child_pid(entry)))
+        .expect("the entry's status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    assert!(field("Uid:").starts_with("65534"), "{status}");
+    // CAP_NET_ADMIN (12) and CAP_NET_RAW (13), nothing else.
+    assert_eq!(field("CapEff:"), "0000000000003000", "{status}");
+    // A TCP transfer, byte for byte.
+    let blob = tb.blob();
+    let server = tb.spawn(
+        "sv",
+        &["python3", &blob, "serve", "5006", "3000000"],
+        Ready::Says("ready"),
+    );
+    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5006"]);
+    let sent = tb.wait(server, Duration::from_secs(60));
+    assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
+}
