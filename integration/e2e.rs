@@ -95,8 +95,7 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
             .collect()
     };
     for role in ["en", "ex"] {
-        let all_up = (0..150).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
+        let all_up = eventually(Duration::from_secs(3), || {
             lanes_up(role) == ["up1", "up2", "up3"]
         });
         assert!(all_up, "{role}: lanes up {:?}", lanes_up(role));
@@ -622,20 +621,13 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
 fn an_entry_killed_with_sigkill_is_back_in_service_as_soon_as_it_restarts() {
     let mut tb = Testbed::up("e2ekill", &[("RATES", "0 0 0")]);
     tb.start();
-    let pid = tb.gateway_pid("site1");
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
-    tb.wait_gone(pid);
+    tb.stop_gateway("site1", nix::sys::signal::Signal::SIGKILL);
     // The exit still holds the dead lanes (no CONNECTION_CLOSE came); the restarted
     // entry's lanes must replace them at once, not after the idle timeout.
     let config = tb.path("site1.toml").display().to_string();
     tb.spawn("en", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let started = std::time::Instant::now();
-    let back = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        tb.run("cl", &["ping", "-c", "1", "-W", "1", SERVER_V4])
-            .status
-            .success()
-    });
+    let back = eventually(Duration::from_secs(5), || tb.ping_once());
     assert!(back, "no traffic after the entry restarted:\n{}", tb.logs());
     println!(
         "first ping through {:.2} s after the restart",
@@ -738,8 +730,7 @@ fn a_flood_of_handshakes_is_bounded_and_the_lanes_carry_on() {
     );
     // Counted (metrics are exported every 100 ms).
     let sample = "braid_packets_dropped_total{reason=\"unauthenticated\"}";
-    let counted = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(20));
+    let counted = eventually(Duration::from_secs(2), || {
         tb.metric("ex", sample) >= (extra - 5) as f64
     });
     assert!(counted, "{sample} = {}", tb.metric("ex", sample));
@@ -754,9 +745,7 @@ fn systemd_is_told_ready_status_watchdog_and_stopping() {
     tb.start();
     // The entry again, started the way systemd starts it: a notification socket and
     // a watchdog of 200 ms.
-    let pid = tb.gateway_pid("site1");
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    tb.wait_gone(pid);
+    tb.stop_gateway("site1", nix::sys::signal::Signal::SIGTERM);
     let path = std::env::temp_dir().join(format!("braid-notify-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let socket = UnixDatagram::bind(&path).expect("notification socket");
@@ -862,9 +851,7 @@ fn the_entry_carries_traffic_as_an_unprivileged_user_with_only_the_units_capabil
     let caps = caps.join(",");
     let mut tb = Testbed::up("e2epriv", &[("RATES", "0 0 0")]);
     tb.start();
-    let pid = tb.gateway_pid("site1");
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    tb.wait_gone(pid);
+    tb.stop_gateway("site1", nix::sys::signal::Signal::SIGTERM);
     // What the braid user of the package would own, and the TUN device's usual mode
     // on distributions (0666: a process needs CAP_NET_ADMIN to create a device).
     let nobody = nix::unistd::Uid::from_raw(65534);
@@ -895,12 +882,7 @@ fn the_entry_carries_traffic_as_an_unprivileged_user_with_only_the_units_capabil
         ],
         Ready::Now,
     );
-    let back = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        tb.run("cl", &["ping", "-c", "1", "-W", "1", SERVER_V4])
-            .status
-            .success()
-    });
+    let back = eventually(Duration::from_secs(5), || tb.ping_once());
     assert!(
         back,
         "no traffic through the unprivileged entry\n{}",

@@ -124,8 +124,7 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
             .collect();
         names
     };
-    let reported = (0..150).any(|_| {
-        std::thread::sleep(Duration::from_millis(20));
+    let reported = eventually(Duration::from_secs(3), || {
         app_names(&tb) == ["default", "ssh", "voip"]
     });
     assert!(
@@ -135,9 +134,7 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
     );
 
     // kill -9 and restart: the table is back before the first packet.
-    let pid = tb.gateway_pid("site1");
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
-    tb.wait_gone(pid);
+    tb.stop_gateway("site1", nix::sys::signal::Signal::SIGKILL);
     let config = tb.path("site1.toml").display().to_string();
     tb.spawn("en", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let back = (0..100).find_map(|_| {

@@ -281,6 +281,7 @@ deps() {
     command -v tcpdump >/dev/null || missing+=(tcpdump)
     command -v sysctl >/dev/null || missing+=(procps)
     command -v python3 >/dev/null || missing+=(python3)
+    command -v setpriv >/dev/null || missing+=(util-linux)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing ${missing[*]}"
         apt-get update -qq

@@ -1,6 +1,7 @@
 //! The admin HTTP server on `admin.listen`: `GET /metrics` (Prometheus text format),
-//! `GET /healthz` (200 while at least one lane is up, 503 otherwise), `GET /v1/status`
-//! (what `braid status` shows), and the pacing API of SPEC §9: `GET /v1/sites` (the sites served here), `GET`/`PUT
+//! `GET /healthz` (200 while at least one lane is up, 503 otherwise), `GET
+//! /v1/status` (what `braid status` shows), and the pacing API of SPEC §9: `GET
+//! /v1/sites` (the sites served here), `GET`/`PUT
 //! /v1/sites/{site}/pacing` and `GET /v1/sites/{site}/apps`.
 //!
 //! Writes need `Authorization: Bearer TOKEN` with the token of `admin.token_file`;

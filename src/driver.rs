@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
-use crate::core::engine::{DataPath, LaneUp, Role};
+use crate::core::engine::{DataPath, LaneUp};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
@@ -47,6 +47,10 @@ struct SendProgress {
     dequeued_bytes: AtomicU64,
     sent_packets: AtomicU64,
     sent_bytes: AtomicU64,
+    /// Datagrams quinn refused (too large for the path now).
+    refused: AtomicU64,
+    /// Datagrams lost with the connection.
+    abandoned: AtomicU64,
 }
 
 /// What lane receive tasks send to the driver.
@@ -82,6 +86,8 @@ impl LaneIo {
             dequeued_bytes: p.dequeued_bytes.load(Ordering::Relaxed),
             sent_packets: p.sent_packets.load(Ordering::Relaxed),
             sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
+            refused_datagrams: p.refused.load(Ordering::Relaxed),
+            abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
         }
     }
 }
@@ -112,7 +118,7 @@ pub struct Driver {
     rx_buf: BytesMut,
     app_stats: AppStats,
     commands: mpsc::Receiver<PacingCommand>,
-    /// Drops and reordered packets (by site) as last copied into the metrics.
+    /// Copies the engine's counters into the metrics.
     export: Export,
     status_builder: StatusBuilder,
     /// What `GET /v1/status` answers, renewed with the application report.
@@ -182,9 +188,10 @@ impl Driver {
         // A handle of our own, so that waiting for the device does not borrow `self`.
         let tun = self.tun.clone();
         // One timer for everything the loop waits for but packets: the engine's
-        // deadline, the two export instants and systemd's watchdog. It is moved only when something wants
-        // an earlier wake-up than it is armed for: a timer that fires early costs an
-        // idle turn of the loop, one re-armed on every wake-up the timer wheel's lock.
+        // deadline, the two export instants and systemd's watchdog. It is moved only
+        // when something wants an earlier wake-up than it is armed for: a timer that
+        // fires early costs an idle turn of the loop, one re-armed on every wake-up
+        // the timer wheel's lock.
         let timer = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
@@ -424,17 +431,16 @@ impl Driver {
         }
     }
 
-    /// Copies the engine's counters into the metrics, and tells systemd that the
-    /// gateway is ready (the exit at once, the entry once a lane is up) and how many
-    /// lanes are up.
+    /// Copies the engine's counters into the metrics, and tells systemd once the
+    /// engine is ready and whenever the number of lanes up changes.
     fn export_metrics(&mut self) {
         self.export.copy(&self.engine);
         self.app_stats.export(&self.engine);
-        let up = self.engine.lanes_up();
-        if !self.ready && (self.engine.role() == Role::Exit || up > 0) {
+        if !self.ready && self.engine.ready() {
             self.notifier.ready();
             self.ready = true;
         }
+        let up = self.engine.lanes_up();
         if self.lanes_reported != Some(up) {
             self.notifier.status(&format!("{up} lanes up"));
             self.lanes_reported = Some(up);
@@ -465,8 +471,14 @@ async fn send_loop(
                 progress.sent_packets.fetch_add(1, Ordering::Relaxed);
                 progress.sent_bytes.fetch_add(len, Ordering::Relaxed);
             }
-            Err(quinn::SendDatagramError::ConnectionLost(_)) => break,
-            Err(e) => tracing::debug!(error = %e, "quinn refused a datagram"),
+            Err(quinn::SendDatagramError::ConnectionLost(_)) => {
+                progress.abandoned.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "quinn refused a datagram");
+                progress.refused.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     // Whatever is still queued is lost with the lane; it leaves the queue all the same.
@@ -475,6 +487,7 @@ async fn send_loop(
         progress
             .dequeued_bytes
             .fetch_add(datagram.len() as u64, Ordering::Relaxed);
+        progress.abandoned.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -152,14 +152,25 @@ impl Testbed {
 
     /// Waits until a process has ended (after a signal).
     pub fn wait_gone(&self, pid: nix::unistd::Pid) {
-        let gone = (0..250).any(|_| {
-            if nix::sys::signal::kill(pid, None).is_err() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-            false
+        let gone = eventually(Duration::from_secs(5), || {
+            nix::sys::signal::kill(pid, None).is_err()
         });
         assert!(gone, "process {pid} is still running after 5 s");
+    }
+
+    /// Sends `signal` to a gateway `testbed.sh start` started and waits until it is
+    /// gone.
+    pub fn stop_gateway(&self, gateway: &str, signal: nix::sys::signal::Signal) {
+        let pid = self.gateway_pid(gateway);
+        nix::sys::signal::kill(pid, signal).expect("signal the gateway");
+        self.wait_gone(pid);
+    }
+
+    /// Whether one ping from the client reaches the server through the tunnel.
+    pub fn ping_once(&self) -> bool {
+        self.run("cl", &["ping", "-c", "1", "-W", "1", SERVER_V4])
+            .status
+            .success()
     }
 
     pub fn path(&self, file: &str) -> PathBuf {
@@ -210,6 +221,20 @@ impl Testbed {
         let metrics = self.check(metrics);
         braid::testbed::sample(&metrics, sample)
             .unwrap_or_else(|| panic!("{role} exports no sample {sample}:\n{metrics}"))
+    }
+}
+
+/// Polls `done` every 20 ms until it holds or `timeout` has passed; whether it held.
+pub fn eventually(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

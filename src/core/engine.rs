@@ -190,6 +190,9 @@ struct Lane {
     quinn_queued_bytes: u64,
     closed: bool,
     counters: LaneCounters,
+    /// The last sample's refused and abandoned datagrams, counted as drops.
+    refused_datagrams: u64,
+    abandoned_datagrams: u64,
     /// When the lane last went up or down (scheduled or not).
     state_since: Instant,
 }
@@ -397,6 +400,8 @@ impl DataPath {
             quinn_queued_bytes: 0,
             closed: false,
             counters: LaneCounters::default(),
+            refused_datagrams: 0,
+            abandoned_datagrams: 0,
             state_since: now,
         };
         let id = match self.lanes.iter().position(Option::is_none) {
@@ -453,6 +458,14 @@ impl DataPath {
         l.counters.tx_packets = sample.sent_packets;
         l.counters.tx_bytes = sample.sent_bytes;
         l.counters.lost_packets = sample.lost_packets;
+        // Packets the engine handed out that never left: counted once, here.
+        self.dropped[DropReason::TooBig as usize] +=
+            sample.refused_datagrams.saturating_sub(l.refused_datagrams);
+        self.dropped[DropReason::NoLane as usize] += sample
+            .abandoned_datagrams
+            .saturating_sub(l.abandoned_datagrams);
+        l.refused_datagrams = sample.refused_datagrams;
+        l.abandoned_datagrams = sample.abandoned_datagrams;
         let up = !l.retired
             && !l.closed
             && sample.max_datagram > 0
@@ -642,6 +655,12 @@ impl DataPath {
             .enumerate()
             .filter(|(_, l)| l.is_some())
             .map(|(i, _)| LaneId(i as u32))
+    }
+
+    /// Whether the gateway can carry traffic, as the service manager is told: the
+    /// exit as soon as it runs (sites come to it), the entry once a lane is up.
+    pub fn ready(&self) -> bool {
+        self.role == Role::Exit || self.lanes_up() > 0
     }
 
     /// Lanes that are up.
@@ -1120,6 +1139,26 @@ pub(crate) mod tests {
         }
         assert_eq!(transmits(&mut e).len(), 2);
         assert_eq!(e.dropped(DropReason::QueueFull), 2);
+    }
+
+    #[test]
+    fn datagrams_a_lane_refused_or_lost_count_as_drops_once() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        assert!(!e.ready(), "an entry without a lane cannot carry traffic");
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        assert!(e.ready());
+        let lost = |refused, abandoned| LaneSample {
+            refused_datagrams: refused,
+            abandoned_datagrams: abandoned,
+            ..sample(1400, 1)
+        };
+        e.handle_lane_sample(lane, lost(2, 3), at(1));
+        e.handle_lane_sample(lane, lost(2, 3), at(2));
+        assert_eq!(e.dropped(DropReason::TooBig), 2);
+        assert_eq!(e.dropped(DropReason::NoLane), 3);
+        e.handle_lane_sample(lane, lost(5, 3), at(3));
+        assert_eq!(e.dropped(DropReason::TooBig), 5);
+        assert!(DataPath::new(config(Role::Exit, Algorithm::Afmt)).ready());
     }
 
     #[test]

@@ -80,6 +80,12 @@ pub struct LaneSample {
     /// Datagrams and their bytes quinn accepted for sending so far.
     pub sent_packets: u64,
     pub sent_bytes: u64,
+    /// Datagrams quinn refused so far because they no longer fit the path (its MTU
+    /// shrank after the packet was scheduled).
+    pub refused_datagrams: u64,
+    /// Datagrams lost with the connection so far: the one being sent when it was
+    /// lost, and those still queued.
+    pub abandoned_datagrams: u64,
 }
 
 impl LaneView {

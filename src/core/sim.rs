@@ -68,6 +68,8 @@ impl SimLane {
             dequeued_bytes: self.dequeued_bytes,
             sent_packets: self.sent_packets,
             sent_bytes: self.sent_bytes,
+            refused_datagrams: 0,
+            abandoned_datagrams: 0,
         }
     }
 }
