@@ -290,7 +290,6 @@ impl DataPath {
     /// [`DATAGRAM_HEADER_LEN`] bytes of room for the header, so that the datagram is
     /// built in place: admitted, classified, paced, scheduled, queued on its lane.
     pub fn handle_tun_packet(&mut self, mut datagram: BytesMut, now: Instant) {
-        self.flows_touched(now);
         let Some(packet) = datagram.get_mut(DATAGRAM_HEADER_LEN..) else {
             return self.count_drop(DropReason::Malformed);
         };
@@ -309,6 +308,7 @@ impl DataPath {
             },
         };
         info.clamp_tcp_mss(packet, || self.max_mss(site, info.is_ipv6()));
+        self.flows_touched(now);
         let direction = self.pacing.direction();
         let app = self.pacing.classify(site, &info, direction, now);
         match self
@@ -342,19 +342,21 @@ impl DataPath {
         }
         self.flows_touched(now);
         let site = &mut self.sites[site_idx.0 as usize];
-        let flow = info.flow_key();
-        let highest = site.rx_seq.get(flow).map(|e| e.value);
-        // Serial number arithmetic: `seq` is older than `highest` when the difference,
-        // read as signed, is negative.
-        let reordered = highest.is_some_and(|h| (seq.wrapping_sub(h) as i32) < 0);
+        // The flow keeps the highest sequence number it received; serial number
+        // arithmetic: `seq` is older than `highest` when the difference, read as
+        // signed, is negative.
+        let mut reordered = false;
+        site.rx_seq
+            .update(info.flow_key(), now, |highest| match highest {
+                Some(h) if (seq.wrapping_sub(h) as i32) < 0 => {
+                    reordered = true;
+                    h
+                }
+                _ => seq,
+            });
         if reordered {
             site.reordered += 1;
         }
-        let newest = match highest {
-            Some(h) if reordered => h,
-            _ => seq,
-        };
-        site.rx_seq.record(flow, newest, now);
         // Only measured: the other end paced this direction.
         let incoming = self.pacing.direction().reverse();
         let app = self.pacing.classify(site_idx, &info, incoming, now);

@@ -67,20 +67,32 @@ impl<V: Copy> FlowTable<V> {
     /// Sets the flow's value and marks it used at `now`. When the table is full, the
     /// least recently used flow makes room; its value is returned.
     pub fn record(&mut self, flow: FlowKey, value: V, now: Instant) -> Option<V> {
-        let entry = FlowEntry {
-            value,
-            last_used: now,
-        };
+        self.update(flow, now, |_| value)
+    }
+
+    /// Like [`FlowTable::record`], with the new value computed from the flow's
+    /// current one (`None` for a flow not in the table).
+    pub fn update(
+        &mut self,
+        flow: FlowKey,
+        now: Instant,
+        value: impl FnOnce(Option<V>) -> V,
+    ) -> Option<V> {
         // A known flow is updated in place and moved to the back (most recent): one
         // lookup and no allocation, which is what nearly every packet takes.
         if let Some(known) = self.map.to_back(&flow) {
-            *known = entry;
+            known.value = value(Some(known.value));
+            known.last_used = now;
             return None;
         }
         let evicted = if self.map.len() >= self.max_flows {
             self.map.pop_front().map(|(_, e)| e.value)
         } else {
             None
+        };
+        let entry = FlowEntry {
+            value: value(None),
+            last_used: now,
         };
         self.map.insert(flow, entry);
         evicted
