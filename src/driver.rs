@@ -227,6 +227,8 @@ impl Driver {
             let now = self.clock.now();
             if self.engine.wants_lane_samples(now) {
                 self.sample_lanes(now);
+            } else {
+                self.pass_dequeued();
             }
             match wake {
                 Wake::Stop => break,
@@ -418,6 +420,15 @@ impl Driver {
                     version, apps, "pacing table applied"
                 );
                 let _ = done.send(());
+            }
+        }
+    }
+
+    fn pass_dequeued(&mut self) {
+        for (i, io) in self.lanes.iter().enumerate() {
+            if let Some(io) = io {
+                let dequeued = io.progress.dequeued_bytes.load(Ordering::Relaxed);
+                self.engine.handle_lane_dequeued(LaneId(i as u32), dequeued);
             }
         }
     }

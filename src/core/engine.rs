@@ -443,6 +443,16 @@ impl DataPath {
         self.sample_due || now.saturating_since(self.sampled_at) >= SAMPLE_INTERVAL
     }
 
+    /// Takes how many bytes a lane's sender has taken off its queue so far: cheaper
+    /// than a whole sample (no quinn lock), so the shell passes it in on every
+    /// wake-up and the queue limit sees the queue as it is, not as it was at the
+    /// last sample.
+    pub fn handle_lane_dequeued(&mut self, lane: LaneId, dequeued_bytes: u64) {
+        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) {
+            l.dequeued_bytes = l.dequeued_bytes.max(dequeued_bytes);
+        }
+    }
+
     /// Takes a lane's sample: liveness, fill, SRTT, cwnd and counters.
     pub fn handle_lane_sample(&mut self, lane: LaneId, sample: LaneSample, now: Instant) {
         self.sampled_at = now;
@@ -1141,6 +1151,15 @@ pub(crate) mod tests {
         }
         assert_eq!(transmits(&mut e).len(), 2);
         assert_eq!(e.dropped(DropReason::QueueFull), 2);
+        // Between samples the shell passes the dequeued count alone: room for one
+        // more at once, and a stale count never shrinks the room again.
+        e.handle_lane_dequeued(lane, taken + (DATAGRAM_HEADER_LEN as u64 + 140));
+        e.handle_lane_dequeued(lane, taken);
+        for _ in 0..2 {
+            send(&mut e, &pkt, at(2));
+        }
+        assert_eq!(transmits(&mut e).len(), 1);
+        assert_eq!(e.dropped(DropReason::QueueFull), 3);
     }
 
     #[test]
