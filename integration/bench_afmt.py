@@ -10,6 +10,8 @@ invocation, so their figures are comparable. Variants:
   3up     uplinks 16, 32, 50 Mbit/s                 (the paper's first topology)
   2up     uplinks 32, 50 Mbit/s                     (the paper's second)
   delay   uplinks 16, 32, 50 Mbit/s, one-way delays 10, 30, 60 ms
+  1flow   uplinks 16, 32, 50 Mbit/s, one download alone, no background flow
+  1flow-delay  the same with one-way delays 10, 30, 60 ms
 
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
               [--algorithms afmt,round-robin,...] [--seconds 20] [--out bench-out]
@@ -36,8 +38,11 @@ VARIANTS = {
     "3up": {"rates": [16, 32, 50], "delays": [0, 0, 0]},
     "2up": {"rates": [32, 50], "delays": [0, 0]},
     "delay": {"rates": [16, 32, 50], "delays": [10, 30, 60]},
+    # One big download and nothing else: does one flow get every uplink?
+    "1flow": {"rates": [16, 32, 50], "delays": [0, 0, 0], "flows": 1, "background": False},
+    "1flow-delay": {"rates": [16, 32, 50], "delays": [10, 30, 60], "flows": 1, "background": False},
 }
-ALGORITHMS = ["afmt", "round-robin", "weighted-round-robin", "min-rtt", "single"]
+ALGORITHMS = ["afmt", "afmt-flowlet", "round-robin", "weighted-round-robin", "min-rtt", "single"]
 MIB = 1024 * 1024
 
 
@@ -77,6 +82,8 @@ def plain_route(name, i):
 
 def run_one(variant, algorithm, seconds, braid, linkemu):
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
+    flows = VARIANTS[variant].get("flows", 3)
+    with_background = VARIANTS[variant].get("background", True)
     name = "bafmt"
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
                BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm != "no-tunnel" else "afmt")
@@ -111,13 +118,13 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
                      "-C", "cubic", "-J"), check=False)
             results["background"] = json.loads(out) if out.strip() else {}
 
-        t = threading.Thread(target=background)
+        t = threading.Thread(target=background if with_background else lambda: None)
         t.start()
         uplinks, done = [], threading.Event()
         sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks))
         if algorithm != "no-tunnel":
             sampler.start()
-        out = sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", "3",
+        out = sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", str(flows),
                  "-t", str(seconds), "-i", "1", "-C", "cubic", "-J"))
         t.join()
         done.set()

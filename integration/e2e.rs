@@ -557,7 +557,7 @@ fn lanes_come_back_when_the_exit_restarts() {
 
 #[test]
 fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
-    // A TUN MTU above what a lane carries (1430 over IPv4 uplinks), as a user might
+    // A TUN MTU above what a lane carries (1428 over IPv4 uplinks), as a user might
     // configure by mistake: braid must answer for the difference.
     let mut tb = Testbed::up("e2emtu", &[("RATES", "0"), ("BRAID__TUN__MTU", "1500")]);
     tb.start();
@@ -575,20 +575,20 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            text.contains("mtu = 1430") || text.contains("mtu=1430"),
-            "ping {family}: no ICMP error announcing MTU 1430:\n{text}"
+            text.contains("mtu = 1428") || text.contains("mtu=1428"),
+            "ping {family}: no ICMP error announcing MTU 1428:\n{text}"
         );
     }
     let fits = tb.ok(
         "cl",
         &[
-            "ping", "-c", "3", "-M", "do", "-s", "1402", "-i", "0.1", SERVER_V4,
+            "ping", "-c", "3", "-M", "do", "-s", "1400", "-i", "0.1", SERVER_V4,
         ],
     );
     assert!(fits.contains(" 0% packet loss"), "{fits}");
     assert!(tb.metric("en", "braid_packets_dropped_total{reason=\"too_big\"}") >= 2.0);
 
-    // The server sees the client's SYN with its MSS lowered to 1430 - 40.
+    // The server sees the client's SYN with its MSS lowered to 1428 - 40.
     let capture = tb.spawn(
         "sv",
         &[
@@ -614,7 +614,7 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
     let sent = tb.wait(server, Duration::from_secs(60));
     assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
     let syn = tb.wait(capture, Duration::from_secs(10));
-    assert!(syn.contains("mss 1390"), "the SYN was not clamped:\n{syn}");
+    assert!(syn.contains("mss 1388"), "the SYN was not clamped:\n{syn}");
 }
 
 #[test]

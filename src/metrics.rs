@@ -1,15 +1,18 @@
 //! Prometheus metrics of SPEC §10 (prefix `braid_`). Children are created once per
 //! lane or reason and kept, so the per-packet cost is one atomic add.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, MetricFamily};
 use prometheus::{
     Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::core::engine::{DataPath, LaneCounters, SiteIdx};
 use crate::core::lane::{Colour, LaneId};
+use crate::core::reseq::{HOLD_BUCKETS, ReseqCounters};
 use crate::core::sched::DecisionKind;
 use crate::core::stats::DropReason;
 
@@ -32,6 +35,8 @@ pub struct Metrics {
     lane_lost: IntCounterVec,
     decisions: IntCounterVec,
     reordered: IntCounterVec,
+    reseq_packets: IntCounterVec,
+    reseq_hold: Arc<HoldHistogram>,
     pub flows_active: IntGauge,
     app_target: IntGaugeVec,
     app_tx_bytes: IntCounterVec,
@@ -149,12 +154,28 @@ impl Metrics {
                 let c = IntCounterVec::new(
                     Opts::new(
                         "reordered_packets_total",
-                        "Packets received after a later-sent packet of the same flow",
+                        "Packets written to the TUN device after a later-sent packet of their flow",
                     ),
                     &["site"],
                 )?;
                 registry.register(Box::new(c.clone()))?;
                 c
+            },
+            reseq_packets: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "reseq_packets_total",
+                        "Packets of striped flows the resequencer held, and how they left",
+                    ),
+                    &["site", "outcome"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            reseq_hold: {
+                let h = Arc::new(HoldHistogram::new()?);
+                registry.register(Box::new(SharedCollector(h.clone())))?;
+                h
             },
             flows_active: {
                 let g = IntGauge::new("flows_active", "Flows the scheduler tracks")?;
@@ -248,6 +269,14 @@ impl Metrics {
         self.reordered.with_label_values(&[site])
     }
 
+    /// The resequencer's counters of a site, indexed like [`RESEQ_OUTCOMES`].
+    fn reseq_packets(&self, site: &str) -> Vec<IntCounter> {
+        RESEQ_OUTCOMES
+            .iter()
+            .map(|(outcome, _)| self.reseq_packets.with_label_values(&[site, outcome]))
+            .collect()
+    }
+
     /// Records how many lanes are up, for `/healthz`.
     pub fn set_lanes_up(&self, n: usize) {
         self.lanes_up.store(n, Ordering::Relaxed);
@@ -266,6 +295,83 @@ impl Metrics {
     }
 }
 
+/// One of a resequencer's counts.
+type ReseqCount = fn(&ReseqCounters) -> u64;
+
+/// The `outcome` labels of `reseq_packets_total` and where each count comes from.
+const RESEQ_OUTCOMES: [(&str, ReseqCount); 4] = [
+    ("held", |c| c.held),
+    ("released_in_order", |c| c.released_in_order),
+    ("released_at_deadline", |c| c.released_at_deadline),
+    ("dropped_duplicate", |c| c.dropped),
+];
+
+/// `reseq_hold_seconds{site}`: the core counts hold times in fixed buckets (it cannot
+/// call into prometheus), and this histogram shows the counts last copied.
+struct HoldHistogram {
+    desc: Desc,
+    /// Per site: its id, the count in each bucket (the last is `+Inf`) and the sum.
+    sites: Mutex<Vec<(String, ReseqCounters)>>,
+}
+
+impl HoldHistogram {
+    fn new() -> prometheus::Result<HoldHistogram> {
+        Ok(HoldHistogram {
+            desc: Desc::new(
+                "reseq_hold_seconds".into(),
+                "How long the resequencer held packets of striped flows".into(),
+                vec!["site".into()],
+                Default::default(),
+            )?,
+            sites: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// A collector registered once and updated through its `Arc`.
+struct SharedCollector(Arc<HoldHistogram>);
+
+impl Collector for SharedCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.0.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let h = &self.0;
+        let mut family = MetricFamily::default();
+        family.set_name(h.desc.fq_name.clone());
+        family.set_help(h.desc.help.clone());
+        family.set_field_type(proto::MetricType::HISTOGRAM);
+        let sites = h.sites.lock().unwrap_or_else(|e| e.into_inner());
+        for (site, counters) in sites.iter() {
+            let mut cumulative = 0;
+            let buckets = HOLD_BUCKETS
+                .iter()
+                .zip(&counters.hold_buckets)
+                .map(|(bound, n)| {
+                    cumulative += n;
+                    let mut b = proto::Bucket::default();
+                    b.set_upper_bound(*bound);
+                    b.set_cumulative_count(cumulative);
+                    b
+                })
+                .collect();
+            let mut histogram = proto::Histogram::default();
+            histogram.set_bucket(buckets);
+            histogram.set_sample_count(counters.hold_buckets.iter().sum());
+            histogram.set_sample_sum(counters.hold_sum.as_secs_f64());
+            let mut label = proto::LabelPair::default();
+            label.set_name("site".into());
+            label.set_value(site.clone());
+            let mut metric = proto::Metric::default();
+            metric.set_label(vec![label]);
+            metric.set_histogram(histogram);
+            family.mut_metric().push(metric);
+        }
+        vec![family]
+    }
+}
+
 /// Copies a data path's counters and lane state into the metrics (the engine counts
 /// in plain integers; the metrics grow by the difference since the last copy). The
 /// first drop of each reason is logged as a warning.
@@ -274,6 +380,8 @@ pub struct Export {
     drops: [u64; DropReason::ALL.len()],
     /// Per site: its reordering counter and the count last copied.
     reordered: Vec<(IntCounter, u64)>,
+    /// Per site: its resequencer counters and the counts last copied.
+    reseq: Vec<(Vec<IntCounter>, ReseqCounters)>,
     /// By `LaneId`.
     lanes: Vec<Option<LaneExport>>,
 }
@@ -291,10 +399,23 @@ impl Export {
             .sites()
             .map(|(_, id)| (metrics.reordered(id), 0))
             .collect();
+        let reseq = engine
+            .sites()
+            .map(|(_, id)| (metrics.reseq_packets(id), ReseqCounters::default()))
+            .collect();
+        *metrics
+            .reseq_hold
+            .sites
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = engine
+            .sites()
+            .map(|(_, id)| (id.to_string(), ReseqCounters::default()))
+            .collect();
         Export {
             metrics,
             drops: [0; DropReason::ALL.len()],
             reordered,
+            reseq,
             lanes: Vec::new(),
         }
     }
@@ -350,6 +471,23 @@ impl Export {
             counter.inc_by(total.saturating_sub(*exported));
             *exported = total;
         }
+        let mut holds = self
+            .metrics
+            .reseq_hold
+            .sites
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (i, (counters, exported)) in self.reseq.iter_mut().enumerate() {
+            let now = engine.reseq_counters(SiteIdx(i as u32));
+            for (counter, (_, count)) in counters.iter().zip(RESEQ_OUTCOMES) {
+                counter.inc_by(count(now).saturating_sub(count(exported)));
+            }
+            *exported = *now;
+            if let Some((_, shown)) = holds.get_mut(i) {
+                *shown = *now;
+            }
+        }
+        drop(holds);
         self.metrics
             .flows_active
             .set(i64::try_from(engine.flows_active()).unwrap_or(i64::MAX));

@@ -48,14 +48,14 @@ fn default_tun_mtu_follows_the_uplink_family() {
             uplinks,
         })
     };
-    assert_eq!(default_tun_mtu(&entry(vec![uplink(None, None)])), 1430);
+    assert_eq!(default_tun_mtu(&entry(vec![uplink(None, None)])), 1428);
     assert_eq!(
         default_tun_mtu(&entry(vec![uplink(Some("[fd00::1]:4433"), None)])),
-        1410
+        1408
     );
     assert_eq!(
         default_tun_mtu(&entry(vec![uplink(Some("exit.example.net:4433"), None)])),
-        1410
+        1408
     );
     let exit = |listen: &str| {
         RoleConfig::Exit(ExitConfig {
@@ -63,8 +63,8 @@ fn default_tun_mtu_follows_the_uplink_family() {
             sites: Vec::new(),
         })
     };
-    assert_eq!(default_tun_mtu(&exit("0.0.0.0:4433")), 1430);
-    assert_eq!(default_tun_mtu(&exit("[::]:4433")), 1410);
+    assert_eq!(default_tun_mtu(&exit("0.0.0.0:4433")), 1428);
+    assert_eq!(default_tun_mtu(&exit("[::]:4433")), 1408);
 }
 
 #[test]

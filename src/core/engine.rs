@@ -32,17 +32,17 @@ use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
-use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
 use super::pacing_table::{AppIdx, Direction, PacingTable};
 use super::packet::PacketInfo;
+use super::reseq::{HeldBudget, ReseqCounters, Resequencer};
 use super::route::PrefixMap;
 use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::stats::DropReason;
 use super::time::Instant;
-use super::wire::{DATAGRAM_HEADER_LEN, split_datagram, write_datagram_header};
+use super::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, split_datagram, write_datagram_header};
 
 /// A lane that received nothing for this long is not scheduled: both ends send at
 /// least a keep-alive every 100 ms, so silence means the path is broken, long before
@@ -56,6 +56,10 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 /// Lanes are sampled at least this often, traffic or not, so that liveness and the
 /// metrics stay fresh.
 pub const IDLE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// A lane's delay without a queue is the lowest SRTT of one to two of these.
+const MIN_SRTT_WINDOW: Duration = Duration::from_secs(10);
+/// The least time the resequencer holds a packet whose predecessor is missing.
+pub const RESEQ_MIN_DEADLINE: Duration = Duration::from_millis(5);
 
 /// Which end of the tunnel this gateway is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,10 +171,8 @@ struct Site {
     scheduler: Box<dyn Scheduler>,
     /// Sequence number of the next packet sent to this site.
     tx_seq: u32,
-    /// Highest sequence number received per flow from this site.
-    rx_seq: FlowTable<u32>,
-    /// Packets received after a later-sent packet of their flow.
-    reordered: u64,
+    /// Puts this site's striped flows back in order and counts reordering.
+    reseq: Resequencer,
 }
 
 /// A lane's state beyond what the scheduler sees.
@@ -188,6 +190,8 @@ struct Lane {
     handed_bytes: u64,
     dequeued_bytes: u64,
     quinn_queued_bytes: u64,
+    /// The lowest SRTT sampled recently.
+    min_srtt: WindowedMin,
     closed: bool,
     counters: LaneCounters,
     /// The last sample's refused and abandoned datagrams, counted as drops.
@@ -223,6 +227,10 @@ pub struct DataPath {
     expiry_at: Option<Instant>,
     /// No later than this, some lane that is up falls silent for `lane_stall`.
     stall_check_at: Option<Instant>,
+    /// The earliest deadline of a packet some resequencer holds.
+    reseq_due: Option<Instant>,
+    /// Bytes every site's resequencer holds, bounded together.
+    held_budget: HeldBudget,
     /// When lanes were last sampled, and whether a new lane wants a sample at once.
     sampled_at: Instant,
     sample_due: bool,
@@ -249,8 +257,11 @@ impl DataPath {
                         .algorithm
                         .build(config.flow_idle_timeout, config.max_flows),
                     tx_seq: 0,
-                    rx_seq: FlowTable::new(config.flow_idle_timeout, config.max_flows),
-                    reordered: 0,
+                    reseq: Resequencer::new(
+                        config.flow_idle_timeout,
+                        config.max_flows,
+                        RESEQ_MIN_DEADLINE,
+                    ),
                 }
             })
             .collect();
@@ -277,6 +288,8 @@ impl DataPath {
             lanes_to_close: VecDeque::new(),
             expiry_at: None,
             stall_check_at: None,
+            reseq_due: None,
+            held_budget: HeldBudget::default(),
             sampled_at: Instant::ZERO,
             sample_due: false,
             released: Vec::new(),
@@ -331,7 +344,7 @@ impl DataPath {
         l.counters.rx_packets += 1;
         l.counters.rx_bytes += datagram.len() as u64;
         let site_idx = l.site;
-        let Some((seq, packet)) = split_datagram(&datagram) else {
+        let Some((header, packet)) = split_datagram(&datagram) else {
             return self.count_drop(DropReason::Malformed);
         };
         let Ok(info) = PacketInfo::parse(packet) else {
@@ -341,22 +354,6 @@ impl DataPath {
             return self.count_drop(DropReason::Spoofed);
         }
         self.flows_touched(now);
-        let site = &mut self.sites[site_idx.0 as usize];
-        // The flow keeps the highest sequence number it received; serial number
-        // arithmetic: `seq` is older than `highest` when the difference, read as
-        // signed, is negative.
-        let mut reordered = false;
-        site.rx_seq
-            .update(info.flow_key(), now, |highest| match highest {
-                Some(h) if (seq.wrapping_sub(h) as i32) < 0 => {
-                    reordered = true;
-                    h
-                }
-                _ => seq,
-            });
-        if reordered {
-            site.reordered += 1;
-        }
         // Only measured: the other end paced this direction.
         let incoming = self.pacing.direction().reverse();
         let app = self.pacing.classify(site_idx, &info, incoming, now);
@@ -365,7 +362,16 @@ impl DataPath {
         // would touch the buffer's reference count, shared with quinn's receive path.
         let mut packet = datagram;
         packet.advance(DATAGRAM_HEADER_LEN);
-        self.tun_writes.push_back(packet);
+        let site = &mut self.sites[site_idx.0 as usize];
+        site.reseq.receive(
+            info.flow_key(),
+            header,
+            packet,
+            now,
+            &mut self.held_budget,
+            &mut self.tun_writes,
+        );
+        self.reseq_due = earliest(self.reseq_due, site.reseq.poll_timeout());
     }
 
     /// Registers a lane whose handshake and hello are done and returns its id, or
@@ -400,6 +406,7 @@ impl DataPath {
             handed_bytes: 0,
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
+            min_srtt: WindowedMin::default(),
             closed: false,
             counters: LaneCounters::default(),
             refused_datagrams: 0,
@@ -445,11 +452,20 @@ impl DataPath {
 
     /// Takes how many bytes a lane's sender has taken off its queue so far: cheaper
     /// than a whole sample (no quinn lock), so the shell passes it in on every
-    /// wake-up and the queue limit sees the queue as it is, not as it was at the
-    /// last sample.
+    /// wake-up and the queue limit and the scheduler see the queue as it is, not as
+    /// it was at the last sample.
     pub fn handle_lane_dequeued(&mut self, lane: LaneId, dequeued_bytes: u64) {
-        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) {
-            l.dequeued_bytes = l.dequeued_bytes.max(dequeued_bytes);
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return;
+        };
+        if dequeued_bytes <= l.dequeued_bytes {
+            return;
+        }
+        l.dequeued_bytes = dequeued_bytes;
+        // The scheduler's view too: striping picks lanes by when packets arrive.
+        let fill = l.queued_bytes() + l.quinn_queued_bytes;
+        if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
+            v.fill = fill;
         }
     }
 
@@ -495,10 +511,13 @@ impl DataPath {
             }
             v.up = up;
             v.srtt = sample.srtt;
+            v.min_srtt = l.min_srtt.observe(sample.srtt, now);
             v.cwnd = sample.cwnd;
             v.fill = fill;
             v.max_datagram = sample.max_datagram;
         }
+        let site = &mut self.sites[l.site.0 as usize];
+        site.reseq.set_base_deadline(reseq_base(&site.lanes));
     }
 
     /// Replaces a site's application table (already validated). Queues of
@@ -516,6 +535,15 @@ impl DataPath {
     /// Does what is due at `now`: releases paced packets, forgets idle flows, and
     /// stops scheduling lanes that fell silent. Cheap when nothing is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.reseq_due.is_some_and(|at| at <= now) {
+            let mut next = None;
+            for site in &mut self.sites {
+                site.reseq
+                    .handle_timeout(now, &mut self.held_budget, &mut self.tun_writes);
+                next = earliest(next, site.reseq.poll_timeout());
+            }
+            self.reseq_due = next;
+        }
         if self.pacing.next_release().is_some_and(|at| at <= now) {
             let mut released = std::mem::take(&mut self.released);
             self.pacing
@@ -528,9 +556,9 @@ impl DataPath {
             let mut next = self.pacing.next_expiry();
             for site in &mut self.sites {
                 site.scheduler.expire(now);
-                site.rx_seq.expire(now, |_| {});
+                site.reseq.expire(now);
                 next = earliest(next, site.scheduler.next_expiry());
-                next = earliest(next, site.rx_seq.next_expiry());
+                next = earliest(next, site.reseq.next_expiry());
             }
             self.expiry_at = next;
         }
@@ -596,6 +624,7 @@ impl DataPath {
             self.pacing.next_release(),
             self.expiry_at,
             self.stall_check_at,
+            self.reseq_due,
             idle_sample,
         ]
         .into_iter()
@@ -633,9 +662,20 @@ impl DataPath {
         self.dropped[reason as usize]
     }
 
-    /// Packets of a site received after a later-sent packet of their flow.
+    /// Packets of a site written to the TUN device after a later-sent packet of their
+    /// flow: the reordering the inner flows see.
     pub fn reordered(&self, site: SiteIdx) -> u64 {
-        self.sites[site.0 as usize].reordered
+        self.sites[site.0 as usize].reseq.counters().reordered
+    }
+
+    /// What a site's resequencer held, released and counted.
+    pub fn reseq_counters(&self, site: SiteIdx) -> &ReseqCounters {
+        self.sites[site.0 as usize].reseq.counters()
+    }
+
+    /// Bytes the resequencers of all sites hold.
+    pub fn reseq_held_bytes(&self) -> usize {
+        self.held_budget.bytes()
     }
 
     /// Flows the schedulers of all sites track.
@@ -700,30 +740,41 @@ impl DataPath {
     fn forward(&mut self, site_idx: SiteIdx, app: AppIdx, packet: Packet, now: Instant) {
         let Packet { info, mut datagram } = packet;
         let site = &mut self.sites[site_idx.0 as usize];
+        let flow = info.flow_key();
         let Some(pick) = site
             .scheduler
-            .pick(info.flow_key(), info.len, &site.lanes, now)
+            .pick(flow, info.len, site.tx_seq, &site.lanes, now)
         else {
             return self.count_drop(DropReason::NoLane);
         };
         let view = &mut site.lanes[pick.lane];
         if info.len > view.max_datagram {
+            site.scheduler.unsent(flow);
             let mtu = u16::try_from(view.max_datagram).unwrap_or(u16::MAX);
             return self.too_big(&info, &datagram[DATAGRAM_HEADER_LEN..], mtu);
         }
-        let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
-            return self.count_drop(DropReason::NoLane);
-        };
         let len = datagram.len() as u64;
-        if lane.queued_bytes() + len > self.lane_queue_limit {
-            return self.count_drop(DropReason::QueueFull);
-        }
+        let lane = match self.lanes.get_mut(view.id.0 as usize) {
+            Some(Some(lane)) if lane.queued_bytes() + len <= self.lane_queue_limit => lane,
+            Some(Some(_)) => {
+                site.scheduler.unsent(flow);
+                return self.count_drop(DropReason::QueueFull);
+            }
+            _ => {
+                site.scheduler.unsent(flow);
+                return self.count_drop(DropReason::NoLane);
+            }
+        };
         // Until the next sample, the packet counts towards the lane's fill, so that a
         // batch of packets does not all pick the same lane.
         view.fill += info.len as u64;
         lane.handed_bytes += len;
         lane.counters.decisions[pick.kind as usize] += 1;
-        write_datagram_header(&mut datagram, site.tx_seq);
+        let header = DatagramHeader {
+            seq: site.tx_seq,
+            gap: pick.gap,
+        };
+        write_datagram_header(&mut datagram, header);
         site.tx_seq = site.tx_seq.wrapping_add(1);
         let direction = self.pacing.direction();
         self.pacing
@@ -776,6 +827,39 @@ impl DataPath {
             .fold(self.tun_mtu, usize::min);
         let headers = if ipv6 { 60 } else { 40 };
         u16::try_from(path_mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
+    }
+}
+
+/// The least a site's resequencer holds a packet: half the spread of its live lanes'
+/// SRTTs (the one-way delay difference, the RTT being split evenly) plus an eighth
+/// of the largest SRTT for jitter, and never less than [`RESEQ_MIN_DEADLINE`].
+fn reseq_base(lanes: &[LaneView]) -> Duration {
+    let srtts = lanes.iter().filter(|l| l.up).map(|l| l.srtt);
+    let (Some(min), Some(max)) = (srtts.clone().min(), srtts.max()) else {
+        return RESEQ_MIN_DEADLINE;
+    };
+    ((max - min) / 2 + max / 8).max(RESEQ_MIN_DEADLINE)
+}
+
+/// The lowest of the values observed in the current and the previous
+/// [`MIN_SRTT_WINDOW`], so that a lane whose path got longer forgets its old minimum.
+#[derive(Debug, Default)]
+struct WindowedMin {
+    current: Option<Duration>,
+    previous: Option<Duration>,
+    window_start: Instant,
+}
+
+impl WindowedMin {
+    /// Takes a value observed at `now` and returns the minimum.
+    fn observe(&mut self, value: Duration, now: Instant) -> Duration {
+        if now.saturating_since(self.window_start) >= MIN_SRTT_WINDOW {
+            self.previous = self.current.take();
+            self.window_start = now;
+        }
+        let current = self.current.map_or(value, |c| c.min(value));
+        self.current = Some(current);
+        self.previous.map_or(current, |p| p.min(current))
     }
 }
 
@@ -907,10 +991,15 @@ pub(crate) mod tests {
         pkt
     }
 
-    /// `packet` behind a datagram header carrying `seq`.
+    /// `packet` behind a datagram header carrying `seq` and no flow gap.
     fn datagram(seq: u32, packet: &[u8]) -> Bytes {
+        striped_datagram(seq, 0, packet)
+    }
+
+    /// `packet` behind a datagram header carrying `seq` and `gap`.
+    fn striped_datagram(seq: u32, gap: u16, packet: &[u8]) -> Bytes {
         let mut d = vec![0; DATAGRAM_HEADER_LEN];
-        write_datagram_header(&mut d, seq);
+        write_datagram_header(&mut d, DatagramHeader { seq, gap });
         d.extend_from_slice(packet);
         Bytes::from(d)
     }
@@ -935,7 +1024,7 @@ pub(crate) mod tests {
         }
         let seqs: Vec<u32> = transmits(&mut e)
             .iter()
-            .map(|t| split_datagram(&t.datagram).expect("header").0)
+            .map(|t| split_datagram(&t.datagram).expect("header").0.seq)
             .collect();
         assert_eq!(seqs, [0, 1, 2]);
     }
@@ -969,7 +1058,7 @@ pub(crate) mod tests {
         let counters = e.lane(a).expect("lane a").counters;
         assert_eq!(
             (counters.rx_packets, counters.rx_bytes),
-            (3, 4 + 48 + 4 + 7 + 3)
+            (3, 6 + 48 + 6 + 7 + 3)
         );
     }
 
@@ -1208,7 +1297,7 @@ pub(crate) mod tests {
         e.handle_timeout(at(10_008));
         assert_eq!(e.flows_active(), 0);
         assert_eq!(e.pacing.flows(SiteIdx(0), AppIdx::DEFAULT), 0);
-        assert!(e.sites[0].rx_seq.is_empty(), "the reordering table too");
+        assert_eq!(e.sites[0].reseq.flows(), 0, "the reordering table too");
         assert_eq!(e.expiry_at, None, "nothing left to expire");
     }
 

@@ -106,6 +106,11 @@ impl<V: Copy> FlowTable<V> {
         Some(known.value)
     }
 
+    /// The value of a known flow, to change in place (not counting as a use).
+    pub fn get_mut(&mut self, flow: FlowKey) -> Option<&mut V> {
+        self.map.get_mut(&flow).map(|e| &mut e.value)
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }

@@ -46,6 +46,9 @@ pub struct LaneView {
     pub colour: Colour,
     pub up: bool,
     pub srtt: Duration,
+    /// The lowest SRTT of the last 10 to 20 seconds: the lane's delay without a
+    /// queue, against which `srtt` shows the queue at the uplink's bottleneck.
+    pub min_srtt: Duration,
     pub cwnd: u64,
     /// Bytes queued for this lane inside braid and not yet sent by QUIC.
     pub fill: u64,
@@ -96,6 +99,7 @@ impl LaneView {
             colour,
             up: true,
             srtt: Duration::from_millis(100),
+            min_srtt: Duration::from_millis(100),
             cwnd: 12_000,
             fill: 0,
             max_datagram: 1200,

@@ -15,6 +15,7 @@ use super::engine::tests::{at, config, send};
 use super::engine::{DataPath, LaneUp, Role};
 use super::lane::{Colour, LaneId, LaneSample};
 use super::pacing_table::{AppIdx, PacingTable};
+use super::reseq::{HOLD_BUCKETS, ReseqCounters};
 use super::sched::Algorithm;
 use super::sched::sim::Rng;
 use super::time::Instant;
@@ -95,7 +96,7 @@ pub struct LaneSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// Per lane: (datagrams sent, bytes sent, scheduler decisions of each kind).
-    pub lanes: Vec<(u64, u64, [u64; 4])>,
+    pub lanes: Vec<(u64, u64, [u64; 5])>,
     /// Packets the exit wrote to its TUN device, and how many arrived reordered.
     pub delivered: u64,
     pub reordered: u64,
@@ -104,6 +105,10 @@ pub struct Outcome {
     /// The last instant each lane was handed a datagram.
     pub last_sent: Vec<Instant>,
     pub dropped: u64,
+    /// Datagrams lost on the lanes.
+    pub lost: u64,
+    /// What the exit's resequencer did.
+    pub reseq: ReseqCounters,
 }
 
 /// The pacing table of the runs: two applications on their own server ports.
@@ -113,9 +118,17 @@ const TABLE: &str = r#"{"version": 1, "apps": [
 /// The paced applications' rates in bit/s, as in [`TABLE`].
 pub const PACED_BPS: [u64; 2] = [4_000_000, 1_500_000];
 
-/// Runs `bulk` unpaced flows of `flow_bps` each, plus one flow per paced application
-/// offering 125 % of its rate, over `lanes`, for `seconds` of virtual time.
-pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u64) -> Outcome {
+/// The unpaced traffic of a run: `flows` flows of `flow_bps` each, sending in bursts
+/// of 1 to 64 packets with pauses of up to 20 ms (`bursty`) or evenly.
+pub struct Bulk {
+    pub flows: usize,
+    pub flow_bps: u64,
+    pub bursty: bool,
+}
+
+/// Runs `bulk`, plus one flow per paced application offering 125 % of its rate, over
+/// `lanes`, for `seconds` of virtual time.
+pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
     let mut rng = Rng(seed | 1);
     let mut entry = DataPath::new(config(Role::Entry, Algorithm::Afmt));
     let mut exit = DataPath::new(config(Role::Exit, Algorithm::Afmt));
@@ -151,8 +164,8 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
         })
         .collect();
     let packet_bits = ((PAYLOAD + 28) * 8) as u64;
-    let mut flows: Vec<SimFlow> = (0..bulk)
-        .map(|i| (40_000 + i as u16, 5001, flow_bps))
+    let mut flows: Vec<SimFlow> = (0..bulk.flows)
+        .map(|i| (40_000 + i as u16, 5001, bulk.flow_bps))
         .chain(
             PACED_BPS
                 .iter()
@@ -173,6 +186,7 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
     let mut order = 0u64;
     let mut last_sent = vec![Instant::ZERO; sim_lanes.len()];
     let mut delivered = 0;
+    let mut lost = 0;
     let end = at(seconds * 1000);
     loop {
         let next_flow = flows.iter().map(|f| f.next_send).min();
@@ -196,10 +210,11 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
                 entry.handle_lane_sample(l.entry_id, sample, now);
             }
         }
-        // The exit sends nothing back here; its lanes only need to be sampled.
+        // The exit sends nothing back here, but it measures the same round trips.
         if exit.wants_lane_samples(now) {
-            for l in &sim_lanes {
-                exit.handle_lane_sample(l.exit_id, LaneSample::default(), now);
+            for l in &mut sim_lanes {
+                let sample = l.sample(now);
+                exit.handle_lane_sample(l.exit_id, sample, now);
             }
         }
         for f in flows.iter_mut().filter(|f| f.next_send <= now) {
@@ -212,7 +227,7 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
             // Bulk flows send in bursts of 1-64 packets with pauses of up to 20 ms;
             // paced applications send evenly.
             f.next_send = now + f.interval;
-            if f.dst_port == 5001 {
+            if f.dst_port == 5001 && bulk.bursty {
                 if f.burst_left == 0 {
                     f.burst_left = 1 + rng.next(64) as u32;
                     f.next_send = f.next_send + Duration::from_micros(rng.next(20_000));
@@ -246,6 +261,8 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
             if rng.next(1000) >= l.loss {
                 order += 1;
                 in_flight.push(Reverse((departs + l.one_way, order, lane, t.datagram)));
+            } else {
+                lost += 1;
             }
         }
         delivered += std::iter::from_fn(|| exit.poll_tun_write()).count() as u64;
@@ -269,6 +286,8 @@ pub fn run(lanes: &[LaneSpec], bulk: usize, flow_bps: u64, seconds: u64, seed: u
             .iter()
             .map(|r| entry.dropped(*r))
             .sum(),
+        lost,
+        reseq: *exit.reseq_counters(site),
     }
 }
 
@@ -307,7 +326,12 @@ mod tests {
         let seconds = 10;
         // 24 bulk flows of 2 Mbit/s (bursty, so their average is lower) and two paced
         // applications offered 125 % of their rates: about half of the 98 Mbit/s.
-        let out = run(&lanes(), 24, 2_000_000, seconds, 7);
+        let bulk = Bulk {
+            flows: 24,
+            flow_bps: 2_000_000,
+            bursty: true,
+        };
+        let out = run(&lanes(), bulk, seconds, 7);
         assert_eq!(out.reordered, 0, "AFMT reordered no flow: {out:?}");
         for (sent, rate) in out.paced_bytes.iter().zip(PACED_BPS) {
             let measured = *sent as f64 * 8.0 / seconds as f64;
@@ -341,17 +365,77 @@ mod tests {
     }
 
     #[test]
+    fn one_flow_larger_than_any_lane_is_striped_over_all_and_arrives_in_order() {
+        // 16, 32 and 50 Mbit/s with one-way delays of 10, 30 and 60 ms, 0.5 % loss on
+        // the fastest; one even 80 Mbit/s flow.
+        let lane = |mbit: u64, ms, loss| LaneSpec {
+            rate_bps: mbit * 1_000_000,
+            one_way_ms: ms,
+            loss_per_mille: loss,
+            silent_from: None,
+        };
+        let lanes = [lane(16, 10, 0), lane(32, 30, 0), lane(50, 60, 5)];
+        let bulk = Bulk {
+            flows: 1,
+            flow_bps: 80_000_000,
+            bursty: false,
+        };
+        let seconds = 10;
+        let out = run(&lanes, bulk, seconds, 3);
+        // Every lane carries its part: the flow is striped, not confined to a lane.
+        let bytes: Vec<u64> = out.lanes.iter().map(|l| l.1).collect();
+        let total: u64 = bytes.iter().sum();
+        for (b, mbit) in bytes.iter().zip([16, 32, 50]) {
+            let share = *b as f64 / total as f64;
+            assert!(share > mbit as f64 / 98.0 / 2.0, "{bytes:?}: {out:?}");
+        }
+        let striped: u64 = out.lanes.iter().map(|l| l.2[3]).sum();
+        assert!(striped > out.delivered / 2, "{out:?}");
+        // In order as the inner flow sees it, whatever the delays.
+        assert!(out.reseq.held > 1000, "{out:?}");
+        assert!(
+            (out.reordered as f64) < out.delivered as f64 * 0.001,
+            "{out:?}"
+        );
+        // braid dropped nothing of the flow: its only drops are what the paced
+        // applications offered above their rates (as in the test above).
+        let offered_above: u64 = PACED_BPS
+            .iter()
+            .map(|bps| bps / 4 * seconds / 8 / (PAYLOAD as u64 + 28))
+            .sum();
+        assert!(out.dropped.abs_diff(offered_above - 55) < 10, "{out:?}");
+        // A lost datagram costs one deadline at most, never a stall: no hold comes
+        // near a second, and few packets waited for a loss at all.
+        let long = HOLD_BUCKETS.iter().position(|&b| b >= 0.5).expect("bucket");
+        assert_eq!(
+            out.reseq.hold_buckets[long..].iter().sum::<u64>(),
+            0,
+            "{out:?}"
+        );
+        assert!(out.lost > 100, "{out:?}");
+        assert!(
+            out.reseq.released_at_deadline < out.lost * 20,
+            "each loss gives up one gap: {out:?}"
+        );
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_trace() {
-        let short = |seed| run(&lanes()[1..], 8, 2_000_000, 2, seed);
+        let bulk = || Bulk {
+            flows: 8,
+            flow_bps: 2_000_000,
+            bursty: true,
+        };
+        let short = |seed| run(&lanes()[1..], bulk(), 2, seed);
         let first = short(11);
         assert_eq!(first, short(11));
         assert_ne!(first.lanes, short(12).lanes, "the seed matters");
-        // The snapshot: per lane (datagrams, bytes, decisions new/same/switch/stateless).
+        // The snapshot: per lane (datagrams, bytes, decisions new/same/switch/stripe/stateless).
         assert_eq!(first.lanes, SNAPSHOT, "{first:?}");
     }
 
-    const SNAPSHOT: [(u64, u64, [u64; 4]); 2] = [
-        (1623, 1_954_092, [3, 1621, 0, 0]),
-        (2634, 3_171_336, [7, 2629, 0, 0]),
+    const SNAPSHOT: [(u64, u64, [u64; 5]); 2] = [
+        (1623, 1_957_338, [3, 1621, 0, 0, 0]),
+        (2634, 3_176_604, [7, 2629, 0, 0, 0]),
     ];
 }

@@ -13,23 +13,39 @@ use super::lane::Colour;
 /// ALPN protocol id of a braid lane.
 pub const ALPN: &[u8] = b"braid/1";
 /// Version carried in the hello; the exit refuses versions it does not speak.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version 2 added the flow gap to the datagram header.
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest hello or reply accepted.
 pub const MAX_MESSAGE_LEN: usize = 4096;
-/// Every DATAGRAM frame starts with this many bytes: the sender's sequence number for
-/// the site, big-endian, counting every packet it sends to that site on any lane. The
-/// receiver uses it to measure reordering per flow.
-pub const DATAGRAM_HEADER_LEN: usize = 4;
+/// Every DATAGRAM frame starts with this many bytes, big-endian: the sender's
+/// sequence number for the site (4 bytes), counting every packet it sends to that site
+/// on any lane, and the flow gap (2 bytes): how many numbers back the previous packet
+/// of the same flow is, when the receiver must keep the flow in order behind it (a
+/// striped flow), or 0. The receiver resequences and measures reordering with them.
+pub const DATAGRAM_HEADER_LEN: usize = 6;
 
-/// Writes the datagram header into the first [`DATAGRAM_HEADER_LEN`] bytes of `buf`.
-pub fn write_datagram_header(buf: &mut [u8], seq: u32) {
-    buf[..DATAGRAM_HEADER_LEN].copy_from_slice(&seq.to_be_bytes());
+/// The header of a datagram: see [`DATAGRAM_HEADER_LEN`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramHeader {
+    pub seq: u32,
+    pub gap: u16,
 }
 
-/// Splits a received datagram into its sequence number and inner packet.
-pub fn split_datagram(buf: &[u8]) -> Option<(u32, &[u8])> {
+/// Writes the datagram header into the first [`DATAGRAM_HEADER_LEN`] bytes of `buf`.
+pub fn write_datagram_header(buf: &mut [u8], header: DatagramHeader) {
+    buf[..4].copy_from_slice(&header.seq.to_be_bytes());
+    buf[4..DATAGRAM_HEADER_LEN].copy_from_slice(&header.gap.to_be_bytes());
+}
+
+/// Splits a received datagram into its header and inner packet.
+pub fn split_datagram(buf: &[u8]) -> Option<(DatagramHeader, &[u8])> {
     let (header, packet) = buf.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
-    Some((u32::from_be_bytes(*header), packet))
+    let [s0, s1, s2, s3, g0, g1] = *header;
+    let header = DatagramHeader {
+        seq: u32::from_be_bytes([s0, s1, s2, s3]),
+        gap: u16::from_be_bytes([g0, g1]),
+    };
+    Some((header, packet))
 }
 
 /// The first message of a lane, from the entry.
@@ -144,11 +160,16 @@ mod tests {
 
     #[test]
     fn datagram_headers_round_trip_and_short_datagrams_are_refused() {
-        let mut buf = [0u8; 8];
-        write_datagram_header(&mut buf, 0xdead_beef);
-        buf[4..].copy_from_slice(b"pkt!");
-        assert_eq!(split_datagram(&buf), Some((0xdead_beef, &b"pkt!"[..])));
-        assert_eq!(split_datagram(&buf[..3]), None);
+        let mut buf = [0u8; 10];
+        let header = DatagramHeader {
+            seq: 0xdead_beef,
+            gap: 0x0102,
+        };
+        write_datagram_header(&mut buf, header);
+        buf[6..].copy_from_slice(b"pkt!");
+        assert_eq!(&buf[..6], b"\xde\xad\xbe\xef\x01\x02");
+        assert_eq!(split_datagram(&buf), Some((header, &b"pkt!"[..])));
+        assert_eq!(split_datagram(&buf[..5]), None);
     }
 
     #[test]
@@ -161,9 +182,9 @@ mod tests {
             Hello::decode(&[b' '; MAX_MESSAGE_LEN + 1]),
             Err(WireError::TooLong(_))
         ));
-        let v2 = br#"{"version":2,"site":"a","uplink":"b","colour":"blue"}"#;
-        assert!(matches!(Hello::decode(v2), Err(WireError::Version(2))));
-        let bad = br#"{"version":1,"site":"a b","uplink":"b","colour":"blue"}"#;
+        let v1 = br#"{"version":1,"site":"a","uplink":"b","colour":"blue"}"#;
+        assert!(matches!(Hello::decode(v1), Err(WireError::Version(1))));
+        let bad = br#"{"version":2,"site":"a b","uplink":"b","colour":"blue"}"#;
         assert!(matches!(
             Hello::decode(bad),
             Err(WireError::Invalid { field: "site", .. })

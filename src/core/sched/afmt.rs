@@ -1,5 +1,6 @@
 //! AFMT (Sailer & Hähner, "An Adaptive Flow-Aware Packet Scheduling Algorithm for
-//! Multipath Tunnelling"), Algorithms 1 and 2.
+//! Multipath Tunnelling"), Algorithms 1 and 2, and striping for flows one lane cannot
+//! carry.
 //!
 //! A known flow may leave its last lane only for a lane on which the packet cannot
 //! overtake the flow's previous packet: `srtt_i + δ > srtt_last`, with δ the time since
@@ -22,12 +23,23 @@
 //!   lane; counting quiet flows too kept bulk flows off a lane holding only a control
 //!   connection.
 //! - A busy flow moves only when its lane backs up (fill over half the cwnd), and only
-//!   to a lane carrying at least two busy flows fewer. Bulk TCP backs up whatever lane
-//!   it is on, and without this rule flows drifted onto ever slower lanes and left the
-//!   others empty for good: an unused lane has the lowest delay, so no busy flow may
-//!   move to it under the flowlet rule. When no such lane is slow enough, the flow
-//!   moves anyway (its packets still queued may then arrive late once), as bulk flows
-//!   never pause to let it move otherwise.
+//!   to a lane carrying at least two busy flows fewer, on which it cannot overtake its
+//!   previous packet. Bulk TCP backs up whatever lane it is on, and without this rule
+//!   flows drifted onto ever slower lanes and left the others empty for good: an unused
+//!   lane has the lowest delay, so no busy flow may move to it under the flowlet rule.
+//!
+//! Striping (`afmt`, not `afmt-flowlet`): a flow whose lane is full (braid's queue
+//! backs up, or the SRTT shows a queue at the uplink's bottleneck, 5 ms and a quarter
+//! above the lane's lowest) while another lane would deliver its packet sooner is
+//! striped: from then on each of its packets takes
+//! the lane where it is expected to arrive first, `srtt / 2 + (fill + len) * srtt /
+//! cwnd`, which spreads a bulk flow over the lanes in proportion to what each carries
+//! and keeps arrival order close to send order. Its packets carry the gap to the flow's
+//! previous packet, and the receiving gateway puts them back in order (`reseq.rs`).
+//! The flow stops being striped once it pauses for longer than the slowest lane takes
+//! to deliver, so short and light flows never stripe. `afmt-flowlet` instead moves a
+//! backed-up flow to a lane with fewer busy flows even if its queued packets then
+//! arrive late, as the paper's algorithm has nothing better to offer.
 
 use std::time::Duration;
 
@@ -40,26 +52,47 @@ use crate::core::time::Instant;
 /// Fixed part of the margin by which another lane must be slower before a busy flow
 /// may move to it (the other part is an eighth of the last lane's delay).
 const SWITCH_MARGIN: Duration = Duration::from_millis(2);
+/// How much a lane's SRTT must exceed its lowest (plus a quarter of it) before the lane
+/// counts as queueing at its bottleneck.
+const REMOTE_QUEUE_MARGIN: Duration = Duration::from_millis(5);
 /// A flow counts as busy, and towards its lane's load, for this long after its last
 /// packet: a connection that went quiet (a control channel, an idle SSH session)
 /// should not keep bulk flows off its lane.
 const BUSY_WINDOW: Duration = Duration::from_millis(500);
 
+/// What AFMT remembers of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FlowState {
+    /// The lane of its last packet.
+    lane: LaneId,
+    /// The sequence number of its last packet.
+    seq: u32,
+    /// Striped: its packets may overtake each other, the receiver keeps their order.
+    striped: bool,
+}
+
 pub struct Afmt {
     /// SPEC §3's flow table: flow -> last lane and when it was last used.
-    flows: FlowTable<LaneId>,
+    flows: FlowTable<FlowState>,
     /// The flows that sent within [`BUSY_WINDOW`], and their lanes.
     busy: FlowTable<LaneId>,
     /// How many busy flows each lane carries (lanes with none are absent).
     busy_on: Vec<(LaneId, u64)>,
+    /// Whether flows its lane cannot carry are striped (`afmt`) or not
+    /// (`afmt-flowlet`).
+    stripe: bool,
+    /// The flow of the last pick and its state before it, for [`Scheduler::unsent`].
+    undo: Option<(FlowKey, Option<FlowState>)>,
 }
 
 impl Afmt {
-    pub fn new(idle_timeout: Duration, max_flows: usize) -> Afmt {
+    pub fn new(idle_timeout: Duration, max_flows: usize, stripe: bool) -> Afmt {
         Afmt {
             flows: FlowTable::new(idle_timeout, max_flows),
             busy: FlowTable::new(BUSY_WINDOW.min(idle_timeout), max_flows),
             busy_on: Vec::new(),
+            stripe,
+            undo: None,
         }
     }
 }
@@ -67,8 +100,47 @@ impl Afmt {
 /// How long a packet handed to the lane now takes to arrive: its SRTT plus the time
 /// to drain braid's queue for it at the lane's rate (cwnd per SRTT).
 fn delay(l: &LaneView) -> Duration {
-    let drain_nanos = u128::from(l.fill) * l.srtt.as_nanos() / u128::from(l.cwnd.max(1));
-    l.srtt + Duration::from_nanos(u64::try_from(drain_nanos).unwrap_or(u64::MAX))
+    l.srtt + drain_time(l, 0)
+}
+
+/// How long the lane takes to send what braid queued for it, plus `len` bytes.
+fn drain_time(l: &LaneView, len: usize) -> Duration {
+    let bytes = u128::from(l.fill) + len as u128;
+    let nanos = bytes * l.srtt.as_nanos() / u128::from(l.cwnd.max(1));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// When a packet of `len` bytes handed to the lane now is expected to arrive: half
+/// its SRTT (the one-way delay) after braid's queue for it drains.
+fn arrival(l: &LaneView, len: usize) -> Duration {
+    l.srtt / 2 + drain_time(l, len)
+}
+
+/// The up lane where a packet of `len` bytes arrives first; ties go to the first.
+fn earliest_arrival(lanes: &[LaneView], len: usize) -> Option<usize> {
+    let mut best: Option<(usize, Duration)> = None;
+    for (i, l) in lanes.iter().enumerate() {
+        if !l.up {
+            continue;
+        }
+        let at = arrival(l, len);
+        if best.is_none_or(|(_, b)| at < b) {
+            best = Some((i, at));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// braid's queue for the lane holds more than half its congestion window.
+fn backs_up(l: &LaneView) -> bool {
+    l.fill.saturating_mul(2) > l.cwnd
+}
+
+/// The lane's SRTT is well above its lowest: a queue has built at the uplink's
+/// bottleneck. QUIC's window then covers that queue, so braid's stays empty, and only
+/// the delay shows that the lane carries all it can.
+fn queues_remotely(l: &LaneView) -> bool {
+    l.srtt > l.min_srtt + REMOTE_QUEUE_MARGIN + l.min_srtt / 4
 }
 
 /// Busy flows on `lane`.
@@ -100,6 +172,7 @@ impl Scheduler for Afmt {
         &mut self,
         flow: FlowKey,
         len: usize,
+        seq: u32,
         lanes: &[LaneView],
         now: Instant,
     ) -> Option<Pick> {
@@ -108,28 +181,38 @@ impl Scheduler for Afmt {
         // The lane this flow is counted on while busy.
         let counted_on = self.busy.get(flow).map(|e| e.value);
         let last = known.and_then(|e| {
-            let i = lanes.iter().position(|l| l.id == e.value && l.up)?;
+            let i = lanes.iter().position(|l| l.id == e.value.lane && l.up)?;
             Some((i, now.saturating_since(e.last_used)))
         });
+        let was_striped = known.is_some_and(|e| e.value.striped);
         // A lane's load as a multiple of its weighted fill: the busy flows it would
         // carry with this one.
         let sharing = |i: usize| {
             let id = lanes[i].id;
             1 + count(&self.busy_on, id) - u64::from(counted_on == Some(id))
         };
+        let mut striped = false;
         let pick = match last {
             Some((last, delta)) => {
                 let current = &lanes[last];
                 // A smoothed RTT lags the queue it measures: another lane must look
-                // slower by a margin before a busy flow may move to it.
-                let delay_last = delay(current);
+                // slower by a margin before a busy flow may move to it. A striped
+                // flow's packets may still be on any lane: the slowest one counts.
+                let delay_last = if was_striped {
+                    lanes.iter().filter(|l| l.up).map(delay).max()?
+                } else {
+                    delay(current)
+                };
                 let bar = delay_last + SWITCH_MARGIN + delay_last / 8;
                 let busy_here = count(&self.busy_on, current.id);
                 let lane = if delta > bar {
                     // The flow paused for longer than its last packet takes to arrive:
                     // every lane is applicable.
                     least_weighted_fill(lanes, len, |_, l| l.up, sharing)?
-                } else if current.fill.saturating_mul(2) <= current.cwnd {
+                } else if was_striped {
+                    striped = true;
+                    earliest_arrival(lanes, len)?
+                } else if !(backs_up(current) || self.stripe && queues_remotely(current)) {
                     // The lane keeps up with the flow: no reason to move. (A busier
                     // lane's larger cwnd would otherwise lure flows away from lanes
                     // whose cwnd never grew for want of load.)
@@ -139,33 +222,50 @@ impl Scheduler for Afmt {
                     // (the fastest, as it has no queue) would stay empty for good while
                     // others carry several. A flow may leave for a lane carrying at
                     // least two busy flows fewer, so that every move evens out the
-                    // counts and flows cannot be traded back and forth: preferably one
-                    // on which it cannot overtake its previous packet, else any, and
-                    // then the packets still queued on the old lane may arrive late.
+                    // counts and flows cannot be traded back and forth, if it cannot
+                    // overtake its previous packet there.
                     let fewer = |l: &LaneView| l.up && count(&self.busy_on, l.id) + 2 <= busy_here;
-                    least_weighted_fill(
+                    let safe_move = least_weighted_fill(
                         lanes,
                         len,
                         |i, l| i == last || (fewer(l) && delay(l) + delta > bar),
                         sharing,
                     )
-                    .filter(|&i| i != last)
-                    .or_else(|| {
-                        least_weighted_fill(lanes, len, |i, l| i == last || fewer(l), sharing)
-                    })?
+                    .filter(|&i| i != last);
+                    match safe_move {
+                        Some(lane) => lane,
+                        None if self.stripe => {
+                            // Another lane delivers sooner: the flow spreads.
+                            let first = earliest_arrival(lanes, len)?;
+                            striped = first != last;
+                            first
+                        }
+                        // The paper's AFMT: any lane with fewer flows, and the packets
+                        // still queued on the old lane may then arrive late.
+                        None => {
+                            least_weighted_fill(lanes, len, |i, l| i == last || fewer(l), sharing)?
+                        }
+                    }
                 };
-                let kind = if lane == last {
+                let kind = if striped {
+                    DecisionKind::Stripe
+                } else if lane == last {
                     DecisionKind::SameLane
                 } else {
                     DecisionKind::Switch
                 };
-                Pick { lane, kind }
+                let gap = match known {
+                    Some(e) if striped => u16::try_from(seq.wrapping_sub(e.value.seq)).unwrap_or(0),
+                    _ => 0,
+                };
+                Pick { lane, kind, gap }
             }
             None => {
                 let lane = least_weighted_fill(lanes, len, |_, l| l.up, sharing)?;
                 Pick {
                     lane,
                     kind: DecisionKind::NewFlow,
+                    gap: 0,
                 }
             }
         };
@@ -179,8 +279,24 @@ impl Scheduler for Afmt {
         if let Some(evicted) = self.busy.record(flow, chosen, now) {
             remove_flow(&mut self.busy_on, evicted);
         }
-        self.flows.record(flow, chosen, now);
+        let state = FlowState {
+            lane: chosen,
+            seq,
+            striped,
+        };
+        self.undo = Some((flow, known.map(|e| e.value)));
+        self.flows.record(flow, state, now);
         Some(pick)
+    }
+
+    fn unsent(&mut self, flow: FlowKey) {
+        // The flow's next packet must name the last one that left as its previous.
+        if let Some((undo_flow, Some(before))) = self.undo.take()
+            && undo_flow == flow
+            && let Some(state) = self.flows.get_mut(flow)
+        {
+            *state = before;
+        }
     }
 
     fn flows(&self) -> usize {
@@ -211,8 +327,14 @@ mod tests {
         Instant::from_nanos(ms * MS)
     }
 
+    /// The flowlet rules alone (`afmt-flowlet`).
     fn afmt() -> Afmt {
-        Afmt::new(Duration::from_secs(10), 1000)
+        Afmt::new(Duration::from_secs(10), 1000, false)
+    }
+
+    /// With striping (`afmt`).
+    fn striping() -> Afmt {
+        Afmt::new(Duration::from_secs(10), 1000, true)
     }
 
     #[test]
@@ -225,12 +347,15 @@ mod tests {
             lane(1, 40, 20_000, 0),
             lane(2, 20, 10_000, 4000),
         ];
-        let p = afmt().pick(FlowKey(1), 1000, &lanes, at(0)).expect("pick");
+        let p = afmt()
+            .pick(FlowKey(1), 1000, 0, &lanes, at(0))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
                 lane: 1,
-                kind: DecisionKind::NewFlow
+                kind: DecisionKind::NewFlow,
+                gap: 0
             }
         );
     }
@@ -242,7 +367,9 @@ mod tests {
         lanes[1 - on].up = false;
         for &f in flows {
             assert_eq!(
-                s.pick(FlowKey(f), 1000, &lanes, at(0)).expect("pick").lane,
+                s.pick(FlowKey(f), 1000, 0, &lanes, at(0))
+                    .expect("pick")
+                    .lane,
                 on
             );
         }
@@ -256,38 +383,44 @@ mod tests {
         let mut lanes = flows_started_on(&mut s, 0, &[7, 8]);
         // Lane 0 keeps up (fill at most half the cwnd): its flows stay.
         lanes[0].fill = 5000;
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
+        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(1)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // Lane 0 backs up with 10 000 bytes: its delay is 10 + 10 000 * 10 / 10 000 =
         // 20 ms, its weighted fill 11 times 2 busy flows against lane 1's 5. Lane 1
         // (50 ms) is slower than 20 ms plus the margin (2 ms + 20/8 ms), so flow 7 may
         // move there without overtaking its previous packet.
         lanes[0].fill = 10_000;
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
+        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(1)).expect("pick");
         assert_eq!(
             p,
             Pick {
                 lane: 1,
-                kind: DecisionKind::Switch
+                kind: DecisionKind::Switch,
+                gap: 0
             }
         );
         // Now each lane carries one busy flow: flow 8 stays however backed up lane 0 is.
         lanes[0].fill = 100_000;
-        let p = s.pick(FlowKey(8), 1000, &lanes, at(1)).expect("pick");
+        let p = s.pick(FlowKey(8), 1000, 0, &lanes, at(1)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // The slow lane keeps up with flow 7, so it stays there until it pauses for
         // longer than that lane's delay plus the margin, 50 + 2 + 50/8 = 58.25 ms.
         lanes[0].fill = 0;
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(1 + 58)).expect("pick");
+        let p = s
+            .pick(FlowKey(7), 1000, 0, &lanes, at(1 + 58))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // After the pause every lane is applicable: lane 0's weighted fill, 1 times 2
         // busy flows (flow 8 and this one), beats lane 1's 5.
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(59 + 59)).expect("pick");
+        let p = s
+            .pick(FlowKey(7), 1000, 0, &lanes, at(59 + 59))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
                 lane: 0,
-                kind: DecisionKind::Switch
+                kind: DecisionKind::Switch,
+                gap: 0
             }
         );
     }
@@ -298,12 +431,14 @@ mod tests {
         let mut lanes = flows_started_on(&mut s, 0, &[7, 8, 9]);
         lanes[0].fill = 20_000;
         assert_eq!(
-            s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick").lane,
+            s.pick(FlowKey(7), 1000, 0, &lanes, at(1))
+                .expect("pick")
+                .lane,
             1
         );
         // Lane 0 still carries two busy flows to lane 1's one: flow 8 may not follow,
         // lane 1 would then carry as many and the lanes could trade flows back and forth.
-        let p = s.pick(FlowKey(8), 1000, &lanes, at(1)).expect("pick");
+        let p = s.pick(FlowKey(8), 1000, 0, &lanes, at(1)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
 
         // Two bulk flows on the slow lane, which backs up, and the fast lane empty: no
@@ -312,19 +447,82 @@ mod tests {
         let mut s = afmt();
         let mut lanes = flows_started_on(&mut s, 1, &[7, 8]);
         lanes[1].fill = 4000;
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(1)).expect("pick");
+        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(1)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane, "lane 1 keeps up");
         lanes[1].fill = 20_000;
-        let p = s.pick(FlowKey(7), 1000, &lanes, at(2)).expect("pick");
+        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(2)).expect("pick");
         assert_eq!(
             p,
             Pick {
                 lane: 0,
-                kind: DecisionKind::Switch
+                kind: DecisionKind::Switch,
+                gap: 0
             }
         );
-        let p = s.pick(FlowKey(8), 1000, &lanes, at(2)).expect("pick");
+        let p = s.pick(FlowKey(8), 1000, 0, &lanes, at(2)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane, "one busy flow each");
+    }
+
+    #[test]
+    fn a_flow_its_lane_cannot_carry_is_striped_and_numbered_for_the_receiver() {
+        let mut s = striping();
+        let mut lanes = flows_started_on(&mut s, 1, &[7]);
+        // Lane 1 backs up and no lane carries two busy flows fewer: the flow spreads.
+        // Arrival on lane 0: 10/2 + 1000 * 10/10 000 = 6 ms; on lane 1: 50/2 + 21 000
+        // * 50/10 000 = 130 ms. Its previous packet was number 0, this one is 5.
+        lanes[1].fill = 20_000;
+        let p = s.pick(FlowKey(7), 1000, 5, &lanes, at(1)).expect("pick");
+        assert_eq!(
+            p,
+            Pick {
+                lane: 0,
+                kind: DecisionKind::Stripe,
+                gap: 5
+            }
+        );
+        // Striped, every packet names its predecessor; one that was not sent after all
+        // is not named.
+        let p = s.pick(FlowKey(7), 1000, 6, &lanes, at(2)).expect("pick");
+        assert_eq!((p.kind, p.gap), (DecisionKind::Stripe, 1));
+        s.unsent(FlowKey(7));
+        lanes[0].fill = 200_000;
+        let p = s.pick(FlowKey(7), 1000, 7, &lanes, at(3)).expect("pick");
+        assert_eq!((p.lane, p.kind, p.gap), (1, DecisionKind::Stripe, 2));
+        // After a pause longer than the slowest lane takes (lane 0 now: 10 + 200 000 *
+        // 10/10 000 = 210 ms, plus the margin), the flow is a flowlet again.
+        let p = s
+            .pick(FlowKey(7), 1000, 8, &lanes, at(3 + 240))
+            .expect("pick");
+        assert_eq!((p.lane, p.kind, p.gap), (1, DecisionKind::SameLane, 0));
+
+        // The paper's AFMT leaves a single flow on its lane, however backed up.
+        let mut s = afmt();
+        let mut lanes = flows_started_on(&mut s, 1, &[7]);
+        lanes[1].fill = 20_000;
+        let p = s.pick(FlowKey(7), 1000, 5, &lanes, at(1)).expect("pick");
+        assert_eq!(
+            p,
+            Pick {
+                lane: 1,
+                kind: DecisionKind::SameLane,
+                gap: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_queue_at_the_uplink_shows_in_the_srtt_and_makes_a_flow_stripe() {
+        let mut s = striping();
+        let mut lanes = flows_started_on(&mut s, 1, &[7]);
+        lanes[1].min_srtt = Duration::from_millis(50);
+        // 5 ms and a quarter above the lowest is still no queue...
+        lanes[1].srtt = Duration::from_millis(67);
+        let p = s.pick(FlowKey(7), 1000, 1, &lanes, at(1)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane);
+        // ...beyond it, the lane carries all it can and another delivers sooner.
+        lanes[1].srtt = Duration::from_millis(80);
+        let p = s.pick(FlowKey(7), 1000, 2, &lanes, at(2)).expect("pick");
+        assert_eq!((p.lane, p.kind, p.gap), (0, DecisionKind::Stripe, 1));
     }
 
     #[test]
@@ -334,7 +532,9 @@ mod tests {
         let mut lanes = [lane(0, 11, 1000, 0), lane(1, 10, 1000, 0)];
         lanes[1].up = false;
         assert_eq!(
-            s.pick(FlowKey(1), 1000, &lanes, at(0)).expect("pick").lane,
+            s.pick(FlowKey(1), 1000, 0, &lanes, at(0))
+                .expect("pick")
+                .lane,
             0
         );
         lanes[1].up = true;
@@ -342,7 +542,7 @@ mod tests {
         // twice (22 against 10 and then 20): flows 2 and 3 go to lane 1.
         for f in [2, 3] {
             assert_eq!(
-                s.pick(FlowKey(f), 1000, &lanes, at(499))
+                s.pick(FlowKey(f), 1000, 0, &lanes, at(499))
                     .expect("pick")
                     .lane,
                 1
@@ -351,7 +551,7 @@ mod tests {
         // From then on flow 1 is quiet (though still in the flow table): lane 0's 11
         // beats lane 1's 3 times 10.
         assert_eq!(
-            s.pick(FlowKey(4), 1000, &lanes, at(500))
+            s.pick(FlowKey(4), 1000, 0, &lanes, at(500))
                 .expect("pick")
                 .lane,
             0
@@ -364,34 +564,41 @@ mod tests {
         let mut s = afmt();
         let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
         assert_eq!(
-            s.pick(FlowKey(3), 1000, &lanes, at(0)).expect("pick").lane,
+            s.pick(FlowKey(3), 1000, 0, &lanes, at(0))
+                .expect("pick")
+                .lane,
             0
         );
         lanes[0].up = false;
-        let p = s.pick(FlowKey(3), 1000, &lanes, at(1)).expect("pick");
+        let p = s.pick(FlowKey(3), 1000, 0, &lanes, at(1)).expect("pick");
         assert_eq!(
             p,
             Pick {
                 lane: 1,
-                kind: DecisionKind::NewFlow
+                kind: DecisionKind::NewFlow,
+                gap: 0
             }
         );
         lanes[1].up = false;
-        assert_eq!(s.pick(FlowKey(3), 1000, &lanes, at(2)), None);
+        assert_eq!(s.pick(FlowKey(3), 1000, 0, &lanes, at(2)), None);
     }
 
     #[test]
     fn an_idle_flow_expires_and_is_new_again() {
-        let mut s = Afmt::new(Duration::from_millis(100), 10);
+        let mut s = Afmt::new(Duration::from_millis(100), 10, true);
         let lanes = [lane(0, 10, 10_000, 0)];
-        s.pick(FlowKey(1), 100, &lanes, at(0));
+        s.pick(FlowKey(1), 100, 0, &lanes, at(0));
         assert_eq!(s.flows(), 1);
         assert_eq!(
-            s.pick(FlowKey(1), 100, &lanes, at(99)).expect("pick").kind,
+            s.pick(FlowKey(1), 100, 0, &lanes, at(99))
+                .expect("pick")
+                .kind,
             DecisionKind::SameLane
         );
         assert_eq!(
-            s.pick(FlowKey(1), 100, &lanes, at(199)).expect("pick").kind,
+            s.pick(FlowKey(1), 100, 0, &lanes, at(199))
+                .expect("pick")
+                .kind,
             DecisionKind::NewFlow
         );
     }
@@ -405,21 +612,29 @@ mod tests {
             lane(2, 10, 12_000, 0),
         ];
         let picks: Vec<usize> = (0..6)
-            .map(|f| s.pick(FlowKey(f), 100, &lanes, at(0)).expect("pick").lane)
+            .map(|f| {
+                s.pick(FlowKey(f), 100, 0, &lanes, at(0))
+                    .expect("pick")
+                    .lane
+            })
             .collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         // A flow that expired no longer counts for its lane.
-        let mut s = Afmt::new(Duration::from_millis(10), 100);
-        s.pick(FlowKey(1), 100, &lanes, at(0));
+        let mut s = Afmt::new(Duration::from_millis(10), 100, true);
+        s.pick(FlowKey(1), 100, 0, &lanes, at(0));
         assert_eq!(
-            s.pick(FlowKey(2), 100, &lanes, at(20)).expect("pick").lane,
+            s.pick(FlowKey(2), 100, 0, &lanes, at(20))
+                .expect("pick")
+                .lane,
             0
         );
         // Neither does an evicted one: flow 2 avoids flow 1's lane, then evicts flow 1.
-        let mut s = Afmt::new(Duration::from_secs(10), 1);
-        s.pick(FlowKey(1), 100, &lanes, at(0));
+        let mut s = Afmt::new(Duration::from_secs(10), 1, true);
+        s.pick(FlowKey(1), 100, 0, &lanes, at(0));
         assert_eq!(
-            s.pick(FlowKey(2), 100, &lanes, at(1)).expect("pick").lane,
+            s.pick(FlowKey(2), 100, 0, &lanes, at(1))
+                .expect("pick")
+                .lane,
             1
         );
         assert_eq!(s.busy_on, [(lanes[1].id, 1)]);
@@ -430,7 +645,7 @@ mod tests {
         let lanes = [lane(0, 10, 10_000, 0), lane(1, 10, 10_000, 0)];
         assert_eq!(
             afmt()
-                .pick(FlowKey(1), 100, &lanes, at(0))
+                .pick(FlowKey(1), 100, 0, &lanes, at(0))
                 .expect("pick")
                 .lane,
             0

@@ -10,7 +10,14 @@ use crate::core::time::Instant;
 pub struct MinRtt;
 
 impl Scheduler for MinRtt {
-    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
+    fn pick(
+        &mut self,
+        _: FlowKey,
+        _: usize,
+        _: u32,
+        lanes: &[LaneView],
+        _: Instant,
+    ) -> Option<Pick> {
         let lowest = |room_only: bool| {
             lanes
                 .iter()
@@ -38,7 +45,7 @@ mod tests {
         ];
         assert_eq!(
             MinRtt
-                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
                 .expect("pick")
                 .lane,
             2
@@ -46,7 +53,7 @@ mod tests {
         let full = [lane(0, 30, 10_000, 20_000), lane(1, 10, 10_000, 10_000)];
         assert_eq!(
             MinRtt
-                .pick(FlowKey(1), 100, &full, Instant::ZERO)
+                .pick(FlowKey(1), 100, 0, &full, Instant::ZERO)
                 .expect("pick")
                 .lane,
             1

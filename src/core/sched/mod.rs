@@ -34,15 +34,19 @@ pub enum DecisionKind {
     SameLane,
     /// The flow moved to another lane without risk of reordering.
     Switch,
+    /// The flow is striped over several lanes: the packet took the lane where it
+    /// arrives first, and the receiver keeps the flow in order.
+    Stripe,
     /// The algorithm keeps no per-flow state (the baselines).
     Stateless,
 }
 
 impl DecisionKind {
-    pub const ALL: [DecisionKind; 4] = [
+    pub const ALL: [DecisionKind; 5] = [
         DecisionKind::NewFlow,
         DecisionKind::SameLane,
         DecisionKind::Switch,
+        DecisionKind::Stripe,
         DecisionKind::Stateless,
     ];
 
@@ -51,16 +55,21 @@ impl DecisionKind {
             DecisionKind::NewFlow => "new_flow",
             DecisionKind::SameLane => "same_lane",
             DecisionKind::Switch => "switch",
+            DecisionKind::Stripe => "stripe",
             DecisionKind::Stateless => "stateless",
         }
     }
 }
 
-/// One decision: the index of the chosen lane in the slice, and its kind.
+/// One decision: the index of the chosen lane in the slice, its kind, and the flow
+/// gap for the datagram header (see `wire::DATAGRAM_HEADER_LEN`): how many sequence
+/// numbers back the flow's previous packet is when the receiver must keep the flow in
+/// order behind it, else 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pick {
     pub lane: usize,
     pub kind: DecisionKind,
+    pub gap: u16,
 }
 
 impl Pick {
@@ -69,6 +78,7 @@ impl Pick {
         Pick {
             lane,
             kind: DecisionKind::Stateless,
+            gap: 0,
         }
     }
 }
@@ -76,9 +86,20 @@ impl Pick {
 /// A per-packet lane choice.
 pub trait Scheduler: Send {
     /// The lane (index into `lanes`) that should carry a packet of `flow` of `len`
-    /// bytes, or `None` when no lane is up.
-    fn pick(&mut self, flow: FlowKey, len: usize, lanes: &[LaneView], now: Instant)
-    -> Option<Pick>;
+    /// bytes, which will carry the site-wide sequence number `seq`, or `None` when no
+    /// lane is up.
+    fn pick(
+        &mut self,
+        flow: FlowKey,
+        len: usize,
+        seq: u32,
+        lanes: &[LaneView],
+        now: Instant,
+    ) -> Option<Pick>;
+
+    /// The packet of the last [`Scheduler::pick`] for `flow` was not sent after all
+    /// (dropped on its lane): forget that it was.
+    fn unsent(&mut self, _flow: FlowKey) {}
 
     /// Flows the scheduler currently tracks (0 for stateless algorithms).
     fn flows(&self) -> usize {
@@ -97,8 +118,11 @@ pub trait Scheduler: Send {
 /// The scheduling algorithms a gateway can be configured with (`scheduler.algorithm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algorithm {
+    /// AFMT with striping: a flow its lane cannot keep up with spreads over lanes.
     #[default]
     Afmt,
+    /// The paper's AFMT: flowlet switching only, one lane per flow at a time.
+    AfmtFlowlet,
     RoundRobin,
     WeightedRoundRobin,
     MinRtt,
@@ -106,8 +130,9 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::Afmt,
+        Algorithm::AfmtFlowlet,
         Algorithm::RoundRobin,
         Algorithm::WeightedRoundRobin,
         Algorithm::MinRtt,
@@ -118,6 +143,7 @@ impl Algorithm {
     pub fn as_str(self) -> &'static str {
         match self {
             Algorithm::Afmt => "afmt",
+            Algorithm::AfmtFlowlet => "afmt-flowlet",
             Algorithm::RoundRobin => "round-robin",
             Algorithm::WeightedRoundRobin => "weighted-round-robin",
             Algorithm::MinRtt => "min-rtt",
@@ -133,7 +159,8 @@ impl Algorithm {
     /// flow table.
     pub fn build(self, flow_idle_timeout: Duration, max_flows: usize) -> Box<dyn Scheduler> {
         match self {
-            Algorithm::Afmt => Box::new(Afmt::new(flow_idle_timeout, max_flows)),
+            Algorithm::Afmt => Box::new(Afmt::new(flow_idle_timeout, max_flows, true)),
+            Algorithm::AfmtFlowlet => Box::new(Afmt::new(flow_idle_timeout, max_flows, false)),
             Algorithm::RoundRobin => Box::new(RoundRobin::default()),
             Algorithm::WeightedRoundRobin => Box::new(WeightedRoundRobin::default()),
             Algorithm::MinRtt => Box::new(MinRtt),

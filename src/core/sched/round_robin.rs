@@ -12,7 +12,14 @@ pub struct RoundRobin {
 }
 
 impl Scheduler for RoundRobin {
-    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
+    fn pick(
+        &mut self,
+        _: FlowKey,
+        _: usize,
+        _: u32,
+        lanes: &[LaneView],
+        _: Instant,
+    ) -> Option<Pick> {
         let n = lanes.len();
         let lane = (0..n).map(|k| (self.next + k) % n).find(|&i| lanes[i].up)?;
         self.next = lane + 1;
@@ -41,7 +48,7 @@ mod tests {
         let l = lanes(&[true, false, true, true]);
         let picks: Vec<_> = (0..6)
             .map(|_| {
-                rr.pick(FlowKey(1), 100, &l, Instant::ZERO)
+                rr.pick(FlowKey(1), 100, 0, &l, Instant::ZERO)
                     .expect("a lane is up")
                     .lane
             })
@@ -53,9 +60,9 @@ mod tests {
     fn no_live_lane_means_no_pick() {
         let mut rr = RoundRobin::default();
         assert_eq!(
-            rr.pick(FlowKey(1), 100, &lanes(&[false, false]), Instant::ZERO),
+            rr.pick(FlowKey(1), 100, 0, &lanes(&[false, false]), Instant::ZERO),
             None
         );
-        assert_eq!(rr.pick(FlowKey(1), 100, &[], Instant::ZERO), None);
+        assert_eq!(rr.pick(FlowKey(1), 100, 0, &[], Instant::ZERO), None);
     }
 }

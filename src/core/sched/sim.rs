@@ -109,6 +109,7 @@ pub fn run(
             .pick(
                 FlowKey(f as u64),
                 PACKET as usize,
+                0,
                 &views,
                 Instant::from_nanos(now),
             )

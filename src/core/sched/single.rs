@@ -8,7 +8,14 @@ use crate::core::time::Instant;
 pub struct Single;
 
 impl Scheduler for Single {
-    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
+    fn pick(
+        &mut self,
+        _: FlowKey,
+        _: usize,
+        _: u32,
+        lanes: &[LaneView],
+        _: Instant,
+    ) -> Option<Pick> {
         let (lane, _) = lanes
             .iter()
             .enumerate()
@@ -30,7 +37,7 @@ mod tests {
         lanes[1].rank = 0;
         assert_eq!(
             Single
-                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
                 .expect("pick")
                 .lane,
             1
@@ -38,7 +45,7 @@ mod tests {
         lanes[1].up = false;
         assert_eq!(
             Single
-                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
                 .expect("pick")
                 .lane,
             0

@@ -14,7 +14,14 @@ pub struct WeightedRoundRobin {
 }
 
 impl Scheduler for WeightedRoundRobin {
-    fn pick(&mut self, _: FlowKey, _: usize, lanes: &[LaneView], _: Instant) -> Option<Pick> {
+    fn pick(
+        &mut self,
+        _: FlowKey,
+        _: usize,
+        _: u32,
+        lanes: &[LaneView],
+        _: Instant,
+    ) -> Option<Pick> {
         // Per packet: sum and count the known rates without collecting them.
         let (sum, n) = lanes
             .iter()
@@ -71,7 +78,7 @@ mod tests {
         let mut count = [0; 3];
         let picks: Vec<usize> = (0..98)
             .map(|_| {
-                wrr.pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                wrr.pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
                     .expect("pick")
                     .lane
             })
@@ -102,7 +109,7 @@ mod tests {
         let mut count = [0; 3];
         for _ in 0..40 {
             count[wrr
-                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
                 .expect("pick")
                 .lane] += 1;
         }
@@ -111,7 +118,7 @@ mod tests {
         let mut count = [0; 3];
         for _ in 0..60 {
             count[wrr
-                .pick(FlowKey(1), 100, &lanes, Instant::ZERO)
+                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
                 .expect("pick")
                 .lane] += 1;
         }
