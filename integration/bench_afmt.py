@@ -12,6 +12,7 @@ invocation, so their figures are comparable. Variants:
   delay   uplinks 16, 32, 50 Mbit/s, one-way delays 10, 30, 60 ms
   1flow   uplinks 16, 32, 50 Mbit/s, one download alone, no background flow
   1flow-delay  the same with one-way delays 10, 30, 60 ms
+  mix     uplinks 16, 32, 50 Mbit/s; downloads wanting 20, 1 and 1 Mbit/s and one bulk
 
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
               [--algorithms afmt,round-robin,...] [--seconds 20] [--out bench-out]
@@ -41,6 +42,8 @@ VARIANTS = {
     # One big download and nothing else: does one flow get every uplink?
     "1flow": {"rates": [16, 32, 50], "delays": [0, 0, 0], "flows": 1, "background": False},
     "1flow-delay": {"rates": [16, 32, 50], "delays": [10, 30, 60], "flows": 1, "background": False},
+    # Flows of unequal demand (Mbit/s; None: as much as it gets): does each get it?
+    "mix": {"rates": [16, 32, 50], "delays": [0, 0, 0], "demands": [20, 1, 1, None], "background": False},
 }
 ALGORITHMS = ["afmt", "afmt-flowlet", "round-robin", "weighted-round-robin", "min-rtt", "single"]
 MIB = 1024 * 1024
@@ -124,19 +127,26 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks))
         if algorithm != "no-tunnel":
             sampler.start()
-        out = sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", str(flows),
-                 "-t", str(seconds), "-i", "1", "-C", "cubic", "-J"))
+        demands = VARIANTS[variant].get("demands")
+        if demands:
+            runs = download_mix(name, demands, seconds)
+        else:
+            runs = [json.loads(sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5201", "-R", "-P", str(flows),
+                                        "-t", str(seconds), "-i", "1", "-C", "cubic", "-J")))]
         t.join()
         done.set()
         if sampler.is_alive():
             sampler.join()
-        main = json.loads(out)
-        per_second = [iv["sum"]["bytes"] for iv in main["intervals"]]
-        received = main["end"]["sum_received"]["bytes"]
-        retransmits = main["end"]["sum_sent"].get("retransmits", 0)
+        per_second = [sum(r["intervals"][i]["sum"]["bytes"] if i < len(r["intervals"]) else 0 for r in runs)
+                      for i in range(max(len(r["intervals"]) for r in runs))]
+        received = sum(r["end"]["sum_received"]["bytes"] for r in runs)
+        retransmits = sum(r["end"]["sum_sent"].get("retransmits", 0) for r in runs)
         bg_bytes = results.get("background", {}).get("end", {}).get("sum_received", {}).get("bytes", 0)
         row = {"algorithm": algorithm, "bytes": received, "per_second": per_second,
                "retransmits": retransmits, "background_bytes": bg_bytes, "uplinks_per_second": uplinks}
+        if demands:
+            row["flows"] = [{"demand_mbps": d, "mbps": r["end"]["sum_received"]["bits_per_second"] / 1e6}
+                            for d, r in zip(demands, runs)]
         if algorithm != "no-tunnel":
             reordered = metric(name, "en", 'braid_reordered_packets_total{site="site1"}') - before["reordered"]
             rx = metric(name, "en", "braid_lane_rx_packets_total") - before["rx"]
@@ -150,6 +160,29 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         return row
     finally:
         testbed("down", name, env)
+
+
+def download_mix(name, demands, seconds):
+    """One CUBIC download per demand (Mbit/s, None: unlimited), all at once, each on
+    its own server port; their iperf3 reports."""
+    servers = [subprocess.Popen(inns(name, "sv", "iperf3", "-s", "-1", "-p", str(5210 + i)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(len(demands))]
+    time.sleep(0.5)
+    reports = [None] * len(demands)
+
+    def client(i, demand):
+        rate = ["-b", f"{demand}M"] if demand else []
+        reports[i] = json.loads(sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", str(5210 + i), "-R",
+                                         "-t", str(seconds), "-i", "1", "-C", "cubic", "-J", *rate)))
+
+    threads = [threading.Thread(target=client, args=(i, d)) for i, d in enumerate(demands)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in servers:
+        s.wait()
+    return reports
 
 
 def svg(variant, rows, seconds, path):
@@ -198,6 +231,10 @@ def report(variant, rows, seconds):
         shares = "/".join(f"{p:.0f}" for p in r.get("uplink_share_pct", [])) or "-"
         print(f"{r['algorithm']:22} {r['bytes'] / MIB:7.1f} {r['bytes'] * 8 / seconds / 1e6:7.1f} {share:7.1f}% "
               f"{r['retransmits']:8d} {reord:>10} {shares:>16}  {series}")
+    for r in rows:
+        if "flows" in r:
+            demanded = ", ".join(f"{f['mbps']:.1f} of {f['demand_mbps'] or 'all'}" for f in r["flows"])
+            print(f"{r['algorithm']:22} per flow (Mbit/s got of wanted): {demanded}")
     by = {r["algorithm"]: r["bytes"] for r in rows}
     if "afmt" in by:
         if "round-robin" in by and by["round-robin"]:

@@ -94,8 +94,10 @@ impl HeldBudget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FlowOrder {
     /// The sequence number of the flow's packet released last (the latest in send
-    /// order).
-    last: u32,
+    /// order); `None` while its first packet seen is held for its predecessor.
+    last: Option<u32>,
+    /// When the flow last gave up waiting for a gap, and the deadline it had then.
+    gave_up: Option<(Instant, Duration)>,
 }
 
 #[derive(Debug)]
@@ -212,17 +214,27 @@ impl Resequencer {
         let DatagramHeader { seq, gap } = header;
         let prev = seq.wrapping_sub(u32::from(gap));
         let mut verdict = Verdict::Release;
-        self.flows.update(flow, now, |order| match order {
-            // The first packet of a flow, or one the sender keeps no order for.
-            None => FlowOrder { last: seq },
-            Some(order) if before(seq, order.last) || seq == order.last => {
-                verdict = Verdict::Reordered;
-                order
-            }
-            Some(order) if gap == 0 || !before(order.last, prev) => FlowOrder { last: seq },
-            Some(order) => {
-                verdict = Verdict::Hold;
-                order
+        self.flows.update(flow, now, |order| {
+            let order = order.unwrap_or(FlowOrder {
+                last: None,
+                gave_up: None,
+            });
+            match order.last {
+                Some(last) if !before(last, seq) => {
+                    verdict = Verdict::Reordered(order.gave_up);
+                    order
+                }
+                // No order to keep, or the predecessor has been released.
+                last if gap == 0 || last.is_some_and(|l| !before(l, prev)) => FlowOrder {
+                    last: Some(seq),
+                    ..order
+                },
+                // The predecessor is still on its way (the first packet of a flow
+                // seen may be one that overtook the flow's earlier packets).
+                _ => {
+                    verdict = Verdict::Hold;
+                    order
+                }
             }
         });
         match verdict {
@@ -232,12 +244,16 @@ impl Resequencer {
                     self.release_chain(flow, now, Filled::ByArrival, budget, out);
                 }
             }
-            Verdict::Reordered => {
+            Verdict::Reordered(gave_up) => {
                 self.counters.reordered += 1;
                 if gap != 0 {
-                    // Its place was given up too soon: wait longer from now on.
-                    let waited = self.deadline(now);
-                    self.observe_needed_hold(waited + waited / 2, now);
+                    // Its place was given up too soon: it needed the deadline then
+                    // and the time since.
+                    let needed = match gave_up {
+                        Some((at, deadline)) => deadline + now.saturating_since(at),
+                        None => self.deadline(now) * 3 / 2,
+                    };
+                    self.observe_needed_hold(needed, now);
                 }
                 out.push_back(packet);
             }
@@ -332,11 +348,20 @@ impl Resequencer {
             out.push_back(h.packet);
         }
         if let Some(last) = last {
+            let gave_up = Some((now, self.deadline(now)));
             match self.flows.get_mut(flow) {
-                Some(order) if before(order.last, last) => order.last = last,
-                Some(_) => {}
+                Some(order) => {
+                    if order.last.is_none_or(|l| before(l, last)) {
+                        order.last = Some(last);
+                    }
+                    order.gave_up = gave_up;
+                }
                 None => {
-                    self.flows.record(flow, FlowOrder { last }, now);
+                    let order = FlowOrder {
+                        last: Some(last),
+                        gave_up,
+                    };
+                    self.flows.record(flow, order, now);
                 }
             }
         }
@@ -360,7 +385,7 @@ impl Resequencer {
         };
         let mut longest = Duration::ZERO;
         while let Some(h) = queue.front()
-            && !before(order.last, h.prev)
+            && order.last.is_some_and(|l| !before(l, h.prev))
         {
             let Some(h) = queue.pop_front() else { break };
             budget.bytes -= h.packet.len();
@@ -368,8 +393,8 @@ impl Resequencer {
             longest = longest.max(held_for);
             self.counters.released_in_order += 1;
             self.counters.observe_hold(held_for);
-            if before(order.last, h.seq) {
-                order.last = h.seq;
+            if order.last.is_some_and(|l| before(l, h.seq)) {
+                order.last = Some(h.seq);
             }
             out.push_back(h.packet);
         }
@@ -397,7 +422,8 @@ enum Filled {
 
 enum Verdict {
     Release,
-    Reordered,
+    /// Too late (or out of order on purpose), with when the flow last gave up a gap.
+    Reordered(Option<(Instant, Duration)>),
     Hold,
 }
 
@@ -507,6 +533,20 @@ mod tests {
     }
 
     #[test]
+    fn a_first_packet_that_overtook_the_flows_earlier_ones_waits_for_them() {
+        let mut rig = Rig::new();
+        // 5 and 6 took a fast lane; 1 to 4 are still on a slow one.
+        rig.recv(5, Some(4), 0);
+        rig.recv(6, Some(5), 1);
+        assert!(rig.released().is_empty());
+        for seq in 1..=4 {
+            rig.recv(seq, None, 30);
+        }
+        assert_eq!(rig.released(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(rig.r.counters().reordered, 0);
+    }
+
+    #[test]
     fn flows_without_a_gap_are_never_held() {
         let mut rig = Rig::new();
         for seq in [1, 2, 4, 3, 5] {
@@ -558,12 +598,13 @@ mod tests {
         rig.r.set_base_deadline(Duration::from_secs(9));
         assert_eq!(rig.r.deadline(at(0)), MAX_DEADLINE);
         rig.r.set_base_deadline(base());
-        // A packet arriving after its place was given up raises the deadline by half.
+        // A packet arriving 10 ms after its place was given up (at a 50 ms deadline)
+        // needed 60 ms: the deadline becomes a quarter more.
         rig.recv(5, Some(4), 3000);
         rig.timeout(3050);
         rig.recv(4, Some(3), 3060);
         assert_eq!(rig.released(), [5, 4]);
-        assert_eq!(rig.r.deadline(at(3060)), Duration::from_micros(93_750));
+        assert_eq!(rig.r.deadline(at(3060)), Duration::from_millis(75));
     }
 
     #[test]

@@ -54,8 +54,9 @@ impl SimLane {
             self.sent_bytes += len;
         }
         let heard_until = self.silent_from.map_or(now, |s| s.min(now));
-        let queue_delay = self.free_at.saturating_since(now);
-        let srtt = self.one_way * 2 + queue_delay;
+        // The queue is braid's (the lane's fill), not the network's: QUIC's RTT does
+        // not see it.
+        let srtt = self.one_way * 2;
         LaneSample {
             srtt,
             // What the path holds in a round trip, as a congestion controller finds.

@@ -28,18 +28,22 @@
 //!   flows drifted onto ever slower lanes and left the others empty for good: an unused
 //!   lane has the lowest delay, so no busy flow may move to it under the flowlet rule.
 //!
-//! Striping (`afmt`, not `afmt-flowlet`): a flow whose lane is full (braid's queue
-//! backs up, or the SRTT shows a queue at the uplink's bottleneck, 5 ms and a quarter
-//! above the lane's lowest) while another lane would deliver its packet sooner is
-//! striped: from then on each of its packets takes
+//! Striping (`afmt`, not `afmt-flowlet`): a flow whose lane is full (a packet would
+//! wait more than 2 ms and a sixteenth of the lane's lowest SRTT in braid's queue and
+//! at the uplink's bottleneck together) while no lane with two busy flows fewer takes
+//! it and some other lane has room is striped: from then on each of its packets takes
 //! the lane where it is expected to arrive first, `srtt / 2 + (fill + len) * srtt /
 //! cwnd`, which spreads a bulk flow over the lanes in proportion to what each carries
 //! and keeps arrival order close to send order. Its packets carry the gap to the flow's
 //! previous packet, and the receiving gateway puts them back in order (`reseq.rs`).
 //! The flow stops being striped once it pauses for longer than the slowest lane takes
-//! to deliver, so short and light flows never stripe. `afmt-flowlet` instead moves a
+//! to deliver, so short and light flows never stripe. Where no lane has room (every
+//! lane full, e.g. several bulk flows and cross traffic), striping would only move
+//! queues around: the flowlet rules decide as in `afmt-flowlet`, which moves a
 //! backed-up flow to a lane with fewer busy flows even if its queued packets then
-//! arrive late, as the paper's algorithm has nothing better to offer.
+//! arrive late. With striping on, any move of a flow between lanes also numbers its
+//! packets until the flow pauses, so the receiver keeps its order whatever the
+//! flowlet rule misjudged.
 
 use std::time::Duration;
 
@@ -52,9 +56,11 @@ use crate::core::time::Instant;
 /// Fixed part of the margin by which another lane must be slower before a busy flow
 /// may move to it (the other part is an eighth of the last lane's delay).
 const SWITCH_MARGIN: Duration = Duration::from_millis(2);
-/// How much a lane's SRTT must exceed its lowest (plus a quarter of it) before the lane
-/// counts as queueing at its bottleneck.
-const REMOTE_QUEUE_MARGIN: Duration = Duration::from_millis(5);
+/// How long a packet may wait on a lane (plus a sixteenth of the lane's lowest SRTT)
+/// before the lane counts as full: little, as the inner TCP leaves slow start once
+/// its RTT grows by an eighth of it (at least 4 ms; Linux's HyStart), and a flow that
+/// needs more than its lane should spread before that.
+const QUEUE_MARGIN: Duration = Duration::from_millis(2);
 /// A flow counts as busy, and towards its lane's load, for this long after its last
 /// packet: a connection that went quiet (a control channel, an idle SSH session)
 /// should not keep bulk flows off its lane.
@@ -67,8 +73,11 @@ struct FlowState {
     lane: LaneId,
     /// The sequence number of its last packet.
     seq: u32,
-    /// Striped: its packets may overtake each other, the receiver keeps their order.
+    /// Striped: each packet takes the lane where it arrives first.
     striped: bool,
+    /// Its packets may overtake each other (striped, or moved to another lane since
+    /// its last pause): each names its predecessor, and the receiver keeps the order.
+    ordered: bool,
 }
 
 pub struct Afmt {
@@ -136,11 +145,19 @@ fn backs_up(l: &LaneView) -> bool {
     l.fill.saturating_mul(2) > l.cwnd
 }
 
-/// The lane's SRTT is well above its lowest: a queue has built at the uplink's
-/// bottleneck. QUIC's window then covers that queue, so braid's stays empty, and only
-/// the delay shows that the lane carries all it can.
-fn queues_remotely(l: &LaneView) -> bool {
-    l.srtt > l.min_srtt + REMOTE_QUEUE_MARGIN + l.min_srtt / 4
+/// The lane carries all it can: a packet handed to it now waits, in braid's queue
+/// and at the uplink's bottleneck (its SRTT above its lowest), longer than
+/// [`QUEUE_MARGIN`] plus a sixteenth of the lane's lowest SRTT. Either queue may be
+/// the one that grows: QUIC's window may cover the bottleneck's queue, so that braid's
+/// stays empty, or braid's may fill first on a lane with a large delay.
+fn full(l: &LaneView) -> bool {
+    let queued = drain_time(l, 0) + l.srtt.saturating_sub(l.min_srtt);
+    queued > QUEUE_MARGIN + l.min_srtt / 16
+}
+
+/// The lane could carry more: up and not full.
+fn has_room(l: &LaneView) -> bool {
+    l.up && !full(l)
 }
 
 /// Busy flows on `lane`.
@@ -185,6 +202,7 @@ impl Scheduler for Afmt {
             Some((i, now.saturating_since(e.last_used)))
         });
         let was_striped = known.is_some_and(|e| e.value.striped);
+        let mut ordered = known.is_some_and(|e| e.value.ordered);
         // A lane's load as a multiple of its weighted fill: the busy flows it would
         // carry with this one.
         let sharing = |i: usize| {
@@ -207,12 +225,13 @@ impl Scheduler for Afmt {
                 let busy_here = count(&self.busy_on, current.id);
                 let lane = if delta > bar {
                     // The flow paused for longer than its last packet takes to arrive:
-                    // every lane is applicable.
+                    // every lane is applicable, and nothing of it is in flight.
+                    ordered = false;
                     least_weighted_fill(lanes, len, |_, l| l.up, sharing)?
                 } else if was_striped {
                     striped = true;
                     earliest_arrival(lanes, len)?
-                } else if !(backs_up(current) || self.stripe && queues_remotely(current)) {
+                } else if !(backs_up(current) || self.stripe && full(current)) {
                     // The lane keeps up with the flow: no reason to move. (A busier
                     // lane's larger cwnd would otherwise lure flows away from lanes
                     // whose cwnd never grew for want of load.)
@@ -232,10 +251,17 @@ impl Scheduler for Afmt {
                         sharing,
                     )
                     .filter(|&i| i != last);
+                    let room_elsewhere = || {
+                        lanes
+                            .iter()
+                            .enumerate()
+                            .any(|(i, l)| i != last && has_room(l))
+                    };
                     match safe_move {
                         Some(lane) => lane,
-                        None if self.stripe => {
-                            // Another lane delivers sooner: the flow spreads.
+                        None if self.stripe && room_elsewhere() => {
+                            // Another lane has room: the flow spreads, each packet to
+                            // where it arrives first.
                             let first = earliest_arrival(lanes, len)?;
                             striped = first != last;
                             first
@@ -254,14 +280,18 @@ impl Scheduler for Afmt {
                 } else {
                     DecisionKind::Switch
                 };
+                // With a receiver that resequences, any move is insured: SRTTs lag
+                // the queues they measure, and the flowlet rule can misjudge.
+                ordered |= self.stripe && kind != DecisionKind::SameLane;
                 let gap = match known {
-                    Some(e) if striped => u16::try_from(seq.wrapping_sub(e.value.seq)).unwrap_or(0),
+                    Some(e) if ordered => u16::try_from(seq.wrapping_sub(e.value.seq)).unwrap_or(0),
                     _ => 0,
                 };
                 Pick { lane, kind, gap }
             }
             None => {
                 let lane = least_weighted_fill(lanes, len, |_, l| l.up, sharing)?;
+                ordered = false;
                 Pick {
                     lane,
                     kind: DecisionKind::NewFlow,
@@ -283,6 +313,7 @@ impl Scheduler for Afmt {
             lane: chosen,
             seq,
             striped,
+            ordered,
         };
         self.undo = Some((flow, known.map(|e| e.value)));
         self.flows.record(flow, state, now);
@@ -511,17 +542,24 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_at_the_uplink_shows_in_the_srtt_and_makes_a_flow_stripe() {
+    fn a_queue_at_the_uplink_shows_in_the_srtt_and_makes_a_flow_stripe_onto_lanes_with_room() {
         let mut s = striping();
         let mut lanes = flows_started_on(&mut s, 1, &[7]);
+        lanes[0].min_srtt = Duration::from_millis(10);
         lanes[1].min_srtt = Duration::from_millis(50);
-        // 5 ms and a quarter above the lowest is still no queue...
-        lanes[1].srtt = Duration::from_millis(67);
+        // 5 ms above the lowest (2 ms and a sixteenth of 50) is still no queue...
+        lanes[1].srtt = Duration::from_millis(55);
         let p = s.pick(FlowKey(7), 1000, 1, &lanes, at(1)).expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
-        // ...beyond it, the lane carries all it can and another delivers sooner.
-        lanes[1].srtt = Duration::from_millis(80);
+        // ...beyond it the lane carries all it can, but lane 0 has no room either
+        // (6 ms to drain its queue): striping would only move queues around.
+        lanes[1].srtt = Duration::from_millis(60);
+        lanes[0].fill = 6_000;
         let p = s.pick(FlowKey(7), 1000, 2, &lanes, at(2)).expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane);
+        // Lane 0 has room again: the flow spreads.
+        lanes[0].fill = 0;
+        let p = s.pick(FlowKey(7), 1000, 3, &lanes, at(3)).expect("pick");
         assert_eq!((p.lane, p.kind, p.gap), (0, DecisionKind::Stripe, 1));
     }
 
