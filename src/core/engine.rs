@@ -56,8 +56,10 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 /// Lanes are sampled at least this often, traffic or not, so that liveness and the
 /// metrics stay fresh.
 pub const IDLE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
-/// A lane's delay without a queue is the lowest SRTT of one to two of these.
-const MIN_SRTT_WINDOW: Duration = Duration::from_secs(10);
+/// A lane's delay without a queue is the lowest SRTT of one to two of these: long,
+/// as a lane loaded for a whole window would otherwise take its queue for its path
+/// delay, and short enough to follow a path that got longer within minutes.
+const MIN_SRTT_WINDOW: Duration = Duration::from_secs(300);
 /// The least time the resequencer holds a packet whose predecessor is missing.
 pub const RESEQ_MIN_DEADLINE: Duration = Duration::from_millis(5);
 

@@ -46,7 +46,7 @@ pub struct LaneView {
     pub colour: Colour,
     pub up: bool,
     pub srtt: Duration,
-    /// The lowest SRTT of the last 10 to 20 seconds: the lane's delay without a
+    /// The lowest SRTT of the last 5 to 10 minutes: the lane's delay without a
     /// queue, against which `srtt` shows the queue at the uplink's bottleneck.
     pub min_srtt: Duration,
     pub cwnd: u64,
