@@ -41,6 +41,8 @@ sed "s|/usr/bin/braid|$PWD/target/debug/braid|g" systemd/braid@.service >"$unit_
 systemd-analyze verify "$unit_dir/braid@.service"
 rm -rf "$unit_dir"
 (cd systemd && systemd-analyze security --offline=true --threshold=25 braid@.service | tail -n 1)
+# The Debian package: built, installed with dpkg -i, its examples checked, purged.
+bash integration/package-check.sh
 # Library, binaries and integration tests; the crate has no doc tests, and their
 # empty run would otherwise be the suite's last line.
 cargo test --locked --lib --bins --tests

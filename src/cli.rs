@@ -180,11 +180,11 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     }
     let routes: Vec<String> = c.tun.routes.iter().map(ToString::to_string).collect();
     println!(
-        "tun {}: mtu {}, routes [{}]; scheduler {:?}; admin {}",
+        "tun {}: mtu {}, routes [{}]; scheduler {}; admin {}",
         c.tun.name,
         c.tun.mtu,
         routes.join(", "),
-        c.scheduler.algorithm,
+        c.scheduler.algorithm.as_str(),
         c.admin.listen
     );
     println!("configuration OK");

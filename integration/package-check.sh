@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Debian package as a user gets it: built with cargo-deb (installed into
+# target/tools when missing), installed with dpkg -i, checked for what it puts where,
+# both example configurations passed through `braid check-config` once certificates
+# exist and the entry's uplink interfaces do (a veth pair in a namespace), then purged.
+# Run as root; run-tests.sh runs it. It refuses to touch a braid package already
+# installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools=$PWD/target/tools
+export PATH="$tools/bin:$PATH"
+if ! command -v cargo-deb >/dev/null; then
+    echo "installing cargo-deb into target/tools"
+    cargo install --quiet --locked --root "$tools" cargo-deb
+fi
+if dpkg -s braid >/dev/null 2>&1; then
+    echo "error: a braid package is installed already; remove it to run this check" >&2
+    exit 1
+fi
+cargo deb --locked --quiet >/dev/null
+deb=$(ls -t target/debian/braid_*.deb | head -n 1)
+
+ns=braid-pkg
+made=(/etc/braid/ca.pem /etc/braid/ca.key /etc/braid/branch-01.pem /etc/braid/branch-01.key
+    /etc/braid/exit.pem /etc/braid/exit.key /etc/braid/admin.token)
+cleanup() {
+    ip netns del "$ns" 2>/dev/null || true
+    rm -f "${made[@]}"
+    dpkg --purge braid >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+dpkg -i "$deb" >/dev/null
+
+fail() { echo "package check: $*" >&2; exit 1; }
+[ -x /usr/bin/braid ] || fail "no /usr/bin/braid"
+[ -f /lib/systemd/system/braid@.service ] || fail "no systemd unit"
+[ -f /usr/share/doc/braid/README.md ] || fail "no documentation"
+getent passwd braid >/dev/null || fail "no braid user"
+[ "$(stat -c %G:%a /etc/braid)" = braid:750 ] || fail "/etc/braid is $(stat -c %G:%a /etc/braid), not braid:750"
+dpkg-query -W -f='${Conffiles}\n' braid | grep -q /etc/braid/entry.toml.example ||
+    fail "the example configurations are not conffiles"
+# Nothing enabled: no instance of the unit is wanted by any target.
+! ls /etc/systemd/system/*.wants/braid@* >/dev/null 2>&1 || fail "a braid unit is enabled"
+
+# The examples pass check-config once what they name exists.
+braid cert init /etc/braid >/dev/null
+braid cert issue --ca /etc/braid --name branch-01 >/dev/null
+braid cert issue --ca /etc/braid --name exit >/dev/null
+od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >/etc/braid/admin.token
+ip netns add "$ns"
+ip -n "$ns" link add eth1 type veth peer name wwan0
+ip netns exec "$ns" braid check-config --config /etc/braid/entry.toml.example
+braid check-config --config /etc/braid/exit.toml.example
+echo "package check: $(basename "$deb") installs, and its example configurations pass check-config"
