@@ -911,3 +911,83 @@ fn the_entry_carries_traffic_as_an_unprivileged_user_with_only_the_units_capabil
     let sent = tb.wait(server, Duration::from_secs(60));
     assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
 }
+
+#[test]
+fn a_reload_applies_the_scheduler_names_what_it_keeps_and_ignores_an_invalid_file() {
+    let tb = Testbed::up("e2ereload", &[("RATES", "0 0 0")]);
+    tb.start();
+    let config = tb.path("site1.toml");
+    let original = std::fs::read_to_string(&config).expect("entry configuration");
+    let entry = tb.gateway_pid("site1");
+    let hup = || nix::sys::signal::kill(entry, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    let stateless = || {
+        tb.metrics("en")
+            .lines()
+            .filter(|l| l.starts_with("braid_sched_decisions_total") && l.contains("stateless"))
+            .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert!(tb.ping_once());
+    assert_eq!(stateless(), 0.0, "AFMT decides at first");
+
+    // The scheduler changes at once: round-robin's decisions appear, traffic flows.
+    let changed = original.replace("algorithm = \"afmt\"", "algorithm = \"round-robin\"");
+    assert_ne!(changed, original, "the testbed configures AFMT");
+    std::fs::write(&config, &changed).expect("write");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(5), || tb
+            .logs()
+            .contains("scheduler settings applied")),
+        "{}",
+        tb.logs()
+    );
+    assert!(tb.ping_once());
+    assert!(
+        eventually(Duration::from_secs(3), || stateless() > 0.0),
+        "no round-robin decision after the reload"
+    );
+
+    // What cannot change is named and kept; the gateway carries on.
+    std::fs::write(
+        &config,
+        changed.replace("name = \"braid0\"", "name = \"braid7\""),
+    )
+    .expect("write");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(5), || tb.logs().lines().any(|l| l
+            .contains("cannot change while the gateway runs")
+            && l.contains("tun.name"))),
+        "{}",
+        tb.logs()
+    );
+    assert!(tb.ping_once());
+
+    // An invalid file changes nothing: the error names the key.
+    std::fs::write(
+        &config,
+        changed.replace("algorithm = \"round-robin\"", "algorithm = \"fastest\""),
+    )
+    .expect("write");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(5), || tb
+            .log("site1.log")
+            .contains("the configuration is invalid; nothing changed")),
+        "{}",
+        tb.logs()
+    );
+    assert!(
+        tb.log("site1.log").contains("scheduler.algorithm"),
+        "{}",
+        tb.logs()
+    );
+    let before = stateless();
+    assert!(tb.ping_once());
+    assert!(
+        eventually(Duration::from_secs(3), || stateless() > before),
+        "still round-robin after the invalid reload"
+    );
+    std::fs::write(&config, original).expect("restore");
+}

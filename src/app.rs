@@ -1,5 +1,5 @@
 //! Runtime wiring of a gateway: TLS, lanes, the TUN device and the driver, plus the
-//! signals (TERM and INT stop cleanly, HUP re-reads the configuration).
+//! signals (TERM and INT stop cleanly, HUP reloads the configuration: `reload.rs`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -22,11 +22,12 @@ use crate::core::engine::{
 };
 use crate::core::lane::Colour;
 use crate::core::time::Instant;
-use crate::driver::{Driver, DriverParts};
+use crate::driver::{Driver, DriverCommand, DriverParts};
 use crate::lane::{self, client::Dialer};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::pacing_control::{self, PacingControl};
+use crate::reload::ReloadPlan;
 use crate::status::Status;
 use crate::tun::Tun;
 
@@ -129,13 +130,17 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         site_ids,
         tables,
         config.pacing.state_file.clone(),
-        commands_tx,
+        commands_tx.clone(),
         report,
     );
     let notifier = Arc::new(Notifier::from_env());
     tasks.spawn(watch_signals(
         shutdown.clone(),
-        config_path,
+        Reloader {
+            path: config_path,
+            running: config.clone(),
+            driver: commands_tx,
+        },
         notifier.clone(),
     ));
     tasks.spawn(admin::serve(
@@ -174,7 +179,56 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn watch_signals(shutdown: CancellationToken, config_path: PathBuf, notifier: Arc<Notifier>) {
+/// What a reload needs: the file, the configuration running, and the data path.
+struct Reloader {
+    path: PathBuf,
+    running: Config,
+    driver: mpsc::Sender<DriverCommand>,
+}
+
+impl Reloader {
+    /// Re-reads and validates the file and applies what can change while running;
+    /// an invalid file changes nothing.
+    async fn reload(&mut self) {
+        let new = match Config::load(&self.path) {
+            Ok(new) => new,
+            Err(e) => {
+                warn!(error = %e, "reload: the configuration is invalid; nothing changed");
+                return;
+            }
+        };
+        let plan = ReloadPlan::new(&self.running, &new);
+        if !plan.fixed.is_empty() {
+            warn!(
+                keys = plan.fixed.join(", "),
+                "reload: these cannot change while the gateway runs; keeping their running values"
+            );
+        }
+        if !plan.at_restart.is_empty() {
+            warn!(
+                keys = plan.at_restart.join(", "),
+                "reload: this build applies these at the next restart"
+            );
+        }
+        if let Some(scheduler) = plan.scheduler.clone()
+            && self
+                .driver
+                .send(DriverCommand::Reschedule(scheduler))
+                .await
+                .is_err()
+        {
+            return; // The data path has stopped.
+        }
+        self.running = plan.running_after(&self.running, &new);
+        info!("reload: done");
+    }
+}
+
+async fn watch_signals(
+    shutdown: CancellationToken,
+    mut reloader: Reloader,
+    notifier: Arc<Notifier>,
+) {
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -189,12 +243,7 @@ async fn watch_signals(shutdown: CancellationToken, config_path: PathBuf, notifi
             _ = int.recv() => break,
             _ = hup.recv() => {
                 notifier.reloading(crate::clock::monotonic_usec());
-                match Config::load(&config_path) {
-                    // Nothing of this build's configuration can change at run time: a
-                    // reload only checks the file so that the next restart will work.
-                    Ok(_) => info!("SIGHUP: configuration is valid; changes apply at the next restart"),
-                    Err(e) => warn!(error = %e, "SIGHUP: configuration is invalid; keeping the running one"),
-                }
+                reloader.reload().await;
                 notifier.ready();
             }
             () = shutdown.cancelled() => return,

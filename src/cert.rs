@@ -99,7 +99,7 @@ impl TlsMaterial {
 }
 
 /// Where the deployment's TLS files are (`[tls]` of the configuration).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     pub ca: PathBuf,
     pub cert: PathBuf,

@@ -14,21 +14,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
-use crate::core::engine::{DataPath, LaneUp};
+use crate::config::SchedulerConfig;
+use crate::core::engine::{DataPath, LaneUp, SiteIdx};
 use crate::core::lane::{LaneId, LaneSample};
+use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
 use crate::metrics::{Export, Metrics};
 use crate::notify::Notifier;
-use crate::pacing_control::PacingCommand;
 use crate::status::{Status, StatusBuilder};
 use crate::tun::Tun;
 
@@ -92,11 +93,23 @@ impl LaneIo {
     }
 }
 
+/// What the rest of the gateway asks of the data path.
+pub enum DriverCommand {
+    /// Replace a site's application table; `done` fires once packets are paced by it.
+    ApplyPacing {
+        site: SiteIdx,
+        table: PacingTable,
+        done: oneshot::Sender<()>,
+    },
+    /// Schedule with these settings from now on (a reload changed them).
+    Reschedule(SchedulerConfig),
+}
+
 /// Why the loop woke up.
 enum Wake<G> {
     Stop,
     Timeout,
-    Command(PacingCommand),
+    Command(DriverCommand),
     Lane(LaneEvent),
     Input(LaneInput),
     Tun(std::io::Result<G>),
@@ -117,7 +130,7 @@ pub struct Driver {
     input_rx: mpsc::Receiver<LaneInput>,
     rx_buf: BytesMut,
     app_stats: AppStats,
-    commands: mpsc::Receiver<PacingCommand>,
+    commands: mpsc::Receiver<DriverCommand>,
     /// Copies the engine's counters into the metrics.
     export: Export,
     status_builder: StatusBuilder,
@@ -138,7 +151,7 @@ pub struct DriverParts {
     pub tun: Tun,
     pub tun_mtu: usize,
     pub events: mpsc::Receiver<LaneEvent>,
-    pub commands: mpsc::Receiver<PacingCommand>,
+    pub commands: mpsc::Receiver<DriverCommand>,
     pub status: Arc<Mutex<Status>>,
     pub notifier: Arc<Notifier>,
 }
@@ -409,9 +422,9 @@ impl Driver {
         }
     }
 
-    fn handle_command(&mut self, command: PacingCommand, now: Instant) {
+    fn handle_command(&mut self, command: DriverCommand, now: Instant) {
         match command {
-            PacingCommand::Apply { site, table, done } => {
+            DriverCommand::ApplyPacing { site, table, done } => {
                 let (version, apps) = (table.version, table.apps.len());
                 self.engine.handle_pacing_table(site, table, now);
                 self.app_stats.rebuild(site, self.engine.pacing());
@@ -420,6 +433,17 @@ impl Driver {
                     version, apps, "pacing table applied"
                 );
                 let _ = done.send(());
+            }
+            DriverCommand::Reschedule(config) => {
+                self.engine.handle_scheduler_config(
+                    config.algorithm,
+                    config.flow_idle_timeout,
+                    config.max_flows,
+                );
+                info!(
+                    algorithm = config.algorithm.as_str(),
+                    "scheduler settings applied"
+                );
             }
         }
     }

@@ -20,6 +20,7 @@ pub mod lane;
 pub mod metrics;
 pub mod notify;
 pub mod pacing_control;
+pub mod reload;
 pub mod status;
 pub mod sys;
 pub mod testbed;

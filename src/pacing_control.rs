@@ -12,22 +12,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::driver::DriverCommand;
 use anyhow::Context;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::app_stats::SiteReport;
 use crate::core::engine::SiteIdx;
 use crate::core::pacing_table::PacingTable;
-
-/// What the admin API asks of the driver.
-pub enum PacingCommand {
-    /// Replace a site's table; `done` fires once packets are paced by it.
-    Apply {
-        site: SiteIdx,
-        table: PacingTable,
-        done: oneshot::Sender<()>,
-    },
-}
 
 /// The tables of every site as the state file holds them: site id -> table.
 pub type Tables = BTreeMap<String, PacingTable>;
@@ -95,7 +86,7 @@ pub struct PacingControl {
     sites: Vec<String>,
     tables: tokio::sync::Mutex<Tables>,
     state_file: Option<PathBuf>,
-    commands: mpsc::Sender<PacingCommand>,
+    commands: mpsc::Sender<DriverCommand>,
     report: Arc<Mutex<Vec<SiteReport>>>,
 }
 
@@ -104,7 +95,7 @@ impl PacingControl {
         sites: Vec<String>,
         tables: Tables,
         state_file: Option<PathBuf>,
-        commands: mpsc::Sender<PacingCommand>,
+        commands: mpsc::Sender<DriverCommand>,
         report: Arc<Mutex<Vec<SiteReport>>>,
     ) -> PacingControl {
         PacingControl {
@@ -156,7 +147,7 @@ impl PacingControl {
             self.persist(&tables).await?;
             persisted = true;
             let (done, applied) = oneshot::channel();
-            let command = PacingCommand::Apply {
+            let command = DriverCommand::ApplyPacing {
                 site: idx,
                 table,
                 done,
@@ -261,7 +252,7 @@ mod tests {
         );
         // A data path that applies one table, then stops.
         let applier = tokio::spawn(async move {
-            if let Some(PacingCommand::Apply { done, .. }) = driver.recv().await {
+            if let Some(DriverCommand::ApplyPacing { done, .. }) = driver.recv().await {
                 let _ = done.send(());
             }
         });

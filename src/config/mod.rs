@@ -27,7 +27,7 @@ fn err<T>(path: impl Into<String>, problem: impl Into<String>) -> Result<T, Fiel
 }
 
 /// A validated gateway configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub role: RoleConfig,
     pub tun: TunConfig,
@@ -38,13 +38,13 @@ pub struct Config {
     pub admin: AdminConfig,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RoleConfig {
     Entry(EntryConfig),
     Exit(ExitConfig),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EntryConfig {
     pub site: String,
     /// Default peer of every uplink, `host:port`.
@@ -54,7 +54,7 @@ pub struct EntryConfig {
     pub uplinks: Vec<UplinkConfig>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UplinkConfig {
     pub name: String,
     pub interface: String,
@@ -65,13 +65,13 @@ pub struct UplinkConfig {
     pub rate_down_kbps: Option<u64>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExitConfig {
     pub listen: SocketAddr,
     pub sites: Vec<SiteSpec>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TunConfig {
     pub name: String,
     pub addresses: Vec<IpNet>,
@@ -79,14 +79,14 @@ pub struct TunConfig {
     pub routes: Vec<IpNet>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfig {
     pub algorithm: Algorithm,
     pub flow_idle_timeout: Duration,
     pub max_flows: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PacingConfig {
     pub state_file: Option<PathBuf>,
     pub default_rate_kbps: u64,
@@ -98,7 +98,7 @@ pub enum AbeScheduler {
     Fifo,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AbeConfig {
     pub scheduler: AbeScheduler,
     pub green_dscp: u8,
@@ -109,7 +109,7 @@ pub struct AbeConfig {
     pub control_interval: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
     pub token_file: Option<PathBuf>,

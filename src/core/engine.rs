@@ -522,6 +522,20 @@ impl DataPath {
         site.reseq.set_base_deadline(reseq_base(&site.lanes));
     }
 
+    /// Schedules with new settings from now on (a reload changed them). The new
+    /// schedulers start without flow state: each flow is scheduled as new from its
+    /// next packet.
+    pub fn handle_scheduler_config(
+        &mut self,
+        algorithm: Algorithm,
+        flow_idle_timeout: Duration,
+        max_flows: usize,
+    ) {
+        for site in &mut self.sites {
+            site.scheduler = algorithm.build(flow_idle_timeout, max_flows);
+        }
+    }
+
     /// Replaces a site's application table (already validated). Queues of
     /// applications that keep their name keep their packets; packets of applications
     /// that are gone were accepted, so they go on unpaced.
