@@ -913,7 +913,7 @@ fn the_entry_carries_traffic_as_an_unprivileged_user_with_only_the_units_capabil
 }
 
 #[test]
-fn a_reload_applies_the_scheduler_names_what_it_keeps_and_ignores_an_invalid_file() {
+fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an_invalid_file() {
     let tb = Testbed::up("e2ereload", &[("RATES", "0 0 0")]);
     tb.start();
     let config = tb.path("site1.toml");
@@ -989,5 +989,30 @@ fn a_reload_applies_the_scheduler_names_what_it_keeps_and_ignores_an_invalid_fil
         eventually(Duration::from_secs(3), || stateless() > before),
         "still round-robin after the invalid reload"
     );
-    std::fs::write(&config, original).expect("restore");
+
+    // Uplinks: a removed one's lane closes, the others carry on; added back, it is
+    // dialed again.
+    let up3 = "braid_uplink_up{site=\"site1\",uplink=\"up3\"}";
+    assert_eq!(tb.metric("en", up3), 1.0);
+    let without_up3 = changed.replace("[[uplinks]]\nname = \"up3\"\ninterface = \"up3\"\n", "");
+    assert_ne!(
+        without_up3, changed,
+        "the testbed's entry has an uplink up3"
+    );
+    std::fs::write(&config, &without_up3).expect("write");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(5), || tb.metric("en", up3) == 0.0),
+        "{}",
+        tb.logs()
+    );
+    assert!(tb.ping_once());
+    std::fs::write(&config, &original).expect("restore");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(10), || tb.metric("en", up3) == 1.0),
+        "{}",
+        tb.logs()
+    );
+    assert!(tb.ping_once());
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::admin::{self, Admin};
@@ -20,10 +21,9 @@ use crate::config::{Config, RoleConfig};
 use crate::core::engine::{
     DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, SiteIdx, SiteSpec,
 };
-use crate::core::lane::Colour;
 use crate::core::time::Instant;
 use crate::driver::{Driver, DriverCommand, DriverParts};
-use crate::lane::{self, client::Dialer};
+use crate::lane::{self, client::Dialers};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::pacing_control::{self, PacingControl};
@@ -62,13 +62,21 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
 
     // Everything that can fail on bad input or a busy port happens before the TUN
     // device exists, so a failed start leaves nothing behind.
+    // The entry's dialers run here and change with reloads.
+    let dialer_tasks = TaskTracker::new();
+    let mut dialers = None;
     let (role, sites, tun_routes) = match &config.role {
         RoleConfig::Entry(entry) => {
             let tls = lane::client::tls_config(&material)?;
-            for rank in 0..entry.uplinks.len() as u32 {
-                let dialer = Dialer::new(entry, rank, Colour::Blue, tls.clone());
-                tasks.spawn(dialer.run(events_tx.clone(), clock, shutdown.clone()));
-            }
+            let mut d = Dialers::new(
+                tls,
+                events_tx.clone(),
+                clock,
+                shutdown.clone(),
+                dialer_tasks.clone(),
+            );
+            d.apply(entry);
+            dialers = Some(d);
             let site = SiteSpec {
                 id: entry.site.clone(),
                 prefixes: Vec::new(),
@@ -140,6 +148,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             path: config_path,
             running: config.clone(),
             driver: commands_tx,
+            dialers,
         },
         notifier.clone(),
     ));
@@ -167,8 +176,10 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     });
     driver.run(shutdown.clone()).await;
     shutdown.cancel();
+    dialer_tasks.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
+        dialer_tasks.wait().await;
     })
     .await
     .is_err()
@@ -184,6 +195,8 @@ struct Reloader {
     path: PathBuf,
     running: Config,
     driver: mpsc::Sender<DriverCommand>,
+    /// The entry's dialers (none at an exit).
+    dialers: Option<Dialers>,
 }
 
 impl Reloader {
@@ -220,6 +233,12 @@ impl Reloader {
             return; // The data path has stopped.
         }
         self.running = plan.running_after(&self.running, &new);
+        if plan.uplinks.is_some()
+            && let (Some(dialers), RoleConfig::Entry(entry)) =
+                (&mut self.dialers, &self.running.role)
+        {
+            dialers.apply(entry);
+        }
         info!("reload: done");
     }
 }

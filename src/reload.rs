@@ -2,13 +2,16 @@
 //! which changes apply at once, which a running gateway cannot take (named and kept),
 //! and which this build applies only at the next restart (named too).
 
-use crate::config::{Config, RoleConfig, SchedulerConfig};
+use crate::config::{Config, RoleConfig, SchedulerConfig, UplinkConfig};
 
 /// The outcome of comparing the running configuration with a new one.
 #[derive(Debug, Default, PartialEq)]
 pub struct ReloadPlan {
     /// The scheduler settings, when they changed: applied at once.
     pub scheduler: Option<SchedulerConfig>,
+    /// The entry's uplinks, when they changed: lanes of removed or changed uplinks
+    /// close, new ones start.
+    pub uplinks: Option<Vec<UplinkConfig>>,
     /// Keys that cannot change while the gateway runs; their running values stay.
     pub fixed: Vec<&'static str>,
     /// Keys that changed and take effect at the next restart in this build.
@@ -22,7 +25,7 @@ impl ReloadPlan {
             scheduler: (new.scheduler != running.scheduler).then(|| new.scheduler.clone()),
             ..ReloadPlan::default()
         };
-        let mut fixed = |changed: bool, key| {
+        let mut fixed = |changed: bool, key: &'static str| {
             if changed {
                 plan.fixed.push(key);
             }
@@ -37,7 +40,9 @@ impl ReloadPlan {
                         plan.at_restart.push(key);
                     }
                 };
-                later(a.uplinks != b.uplinks, "uplinks");
+                if a.uplinks != b.uplinks {
+                    plan.uplinks = Some(b.uplinks.clone());
+                }
                 later(
                     a.exit_address != b.exit_address || a.exit_name != b.exit_name,
                     "exit",
@@ -75,10 +80,14 @@ impl ReloadPlan {
     /// The configuration that runs after the reload: `new`, with the keys that cannot
     /// change and those this build applies only at a restart kept as they run.
     pub fn running_after(&self, running: &Config, new: &Config) -> Config {
-        Config {
+        let mut after = Config {
             scheduler: new.scheduler.clone(),
             ..running.clone()
+        };
+        if let (Some(uplinks), RoleConfig::Entry(entry)) = (&self.uplinks, &mut after.role) {
+            entry.uplinks = uplinks.clone();
         }
+        after
     }
 }
 

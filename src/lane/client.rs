@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
@@ -22,6 +23,61 @@ const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A lane that stayed up this long starts its next backoff from the minimum again.
 const STABLE_LANE: Duration = Duration::from_secs(10);
+
+/// The entry's dialers, one per configured uplink, started and stopped as the
+/// configuration says (at start and at every reload).
+pub struct Dialers {
+    tls: Arc<rustls::ClientConfig>,
+    events: mpsc::Sender<LaneEvent>,
+    clock: Clock,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    /// The uplinks dialed now, each with the token that stops its dialer.
+    running: Vec<(UplinkConfig, CancellationToken)>,
+}
+
+impl Dialers {
+    /// Dialers that run on `tracker` until `shutdown`.
+    pub fn new(
+        tls: Arc<rustls::ClientConfig>,
+        events: mpsc::Sender<LaneEvent>,
+        clock: Clock,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Dialers {
+        Dialers {
+            tls,
+            events,
+            clock,
+            shutdown,
+            tracker,
+            running: Vec::new(),
+        }
+    }
+
+    /// Dials exactly `entry`'s uplinks: the dialer of an uplink that is gone or
+    /// changed stops (its lane closes), one starts for each new or changed uplink.
+    pub fn apply(&mut self, entry: &EntryConfig) {
+        self.running.retain(|(uplink, stop)| {
+            let keep = entry.uplinks.contains(uplink);
+            if !keep {
+                info!(uplink = %uplink.name, "uplink removed or changed: closing its lane");
+                stop.cancel();
+            }
+            keep
+        });
+        for (rank, uplink) in entry.uplinks.iter().enumerate() {
+            if self.running.iter().any(|(running, _)| running == uplink) {
+                continue;
+            }
+            let stop = self.shutdown.child_token();
+            let dialer = Dialer::new(entry, rank as u32, Colour::Blue, self.tls.clone());
+            self.tracker
+                .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
+            self.running.push((uplink.clone(), stop));
+        }
+    }
+}
 
 /// Everything one uplink's dialer needs.
 pub struct Dialer {
