@@ -1268,6 +1268,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn new_scheduler_settings_take_over_from_the_next_packet() {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        send(&mut e, &pkt, at(1));
+        send(&mut e, &pkt, at(2));
+        assert_eq!(e.flows_active(), 1);
+        e.handle_scheduler_config(Algorithm::RoundRobin, Duration::from_secs(10), 100);
+        assert_eq!(e.flows_active(), 0, "round-robin keeps no flows");
+        send(&mut e, &pkt, at(3));
+        assert_eq!(transmits(&mut e).len(), 3);
+        let decisions = e.lane(lane).expect("lane").counters.decisions;
+        assert_eq!(decisions[DecisionKind::NewFlow as usize], 1);
+        assert_eq!(decisions[DecisionKind::SameLane as usize], 1);
+        assert_eq!(decisions[DecisionKind::Stateless as usize], 1);
+    }
+
+    #[test]
     fn datagrams_a_lane_refused_or_lost_count_as_drops_once() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         assert!(!e.ready(), "an entry without a lane cannot carry traffic");
