@@ -689,11 +689,6 @@ impl DataPath {
         self.sites[site.0 as usize].reseq.counters()
     }
 
-    /// Bytes the resequencers of all sites hold.
-    pub fn reseq_held_bytes(&self) -> usize {
-        self.held_budget.bytes()
-    }
-
     /// Flows the schedulers of all sites track.
     pub fn flows_active(&self) -> usize {
         self.sites.iter().map(|s| s.scheduler.flows()).sum()

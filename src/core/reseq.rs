@@ -88,6 +88,7 @@ pub struct HeldBudget {
 }
 
 impl HeldBudget {
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -149,6 +150,7 @@ impl Resequencer {
     }
 
     /// Flows seen within the idle timeout.
+    #[cfg(test)]
     pub fn flows(&self) -> usize {
         self.flows.len()
     }
@@ -411,6 +413,7 @@ impl Resequencer {
     }
 
     /// Packets held now.
+    #[cfg(test)]
     pub fn held_packets(&self) -> usize {
         self.held.values().map(VecDeque::len).sum()
     }
