@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # braid's whole test suite, exactly as CI runs it: formatting, lints, unit and property
 # tests, and the end-to-end tests in network namespaces (real TUN, QUIC, TCP, UDP).
-# Run it as root on Linux with Rust >= 1.88; it installs the tools the tests use.
+# Run it as root or with sudo on Linux with Rust >= 1.88; it installs the tools the
+# tests use.
 set -euo pipefail
+# Network namespaces need root: as root go ahead, else re-run through sudo.
+source "$(dirname "$0")/as-root.sh"
 cd "$(dirname "$0")/.."
-
-if [ "$(id -u)" != 0 ]; then
-    echo "error: the end-to-end tests build network namespaces: run as root" >&2
-    exit 1
-fi
 command -v cargo >/dev/null || { echo "error: cargo not found: install Rust >= 1.88" >&2; exit 1; }
 bash integration/testbed.sh deps
 # promtool checks /metrics in the end-to-end tests. It is taken out of Debian's
