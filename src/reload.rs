@@ -21,60 +21,45 @@ pub struct ReloadPlan {
 impl ReloadPlan {
     /// Compares `running` with `new`.
     pub fn new(running: &Config, new: &Config) -> ReloadPlan {
-        let mut plan = ReloadPlan {
-            scheduler: (new.scheduler != running.scheduler).then(|| new.scheduler.clone()),
-            ..ReloadPlan::default()
-        };
-        let mut fixed = |changed: bool, key: &'static str| {
-            if changed {
-                plan.fixed.push(key);
-            }
-        };
-        fixed(new.tun.name != running.tun.name, "tun.name");
-        fixed(new.admin.listen != running.admin.listen, "admin.listen");
+        let mut fixed = Vec::new();
+        let mut at_restart = Vec::new();
+        let mut uplinks = None;
+        mark(&mut fixed, new.tun.name != running.tun.name, "tun.name");
+        mark(
+            &mut fixed,
+            new.admin.listen != running.admin.listen,
+            "admin.listen",
+        );
         match (&running.role, &new.role) {
             (RoleConfig::Entry(a), RoleConfig::Entry(b)) => {
-                fixed(a.site != b.site, "site");
-                let mut later = |changed: bool, key| {
-                    if changed {
-                        plan.at_restart.push(key);
-                    }
-                };
+                mark(&mut fixed, a.site != b.site, "site");
                 if a.uplinks != b.uplinks {
-                    plan.uplinks = Some(b.uplinks.clone());
+                    uplinks = Some(b.uplinks.clone());
                 }
-                later(
-                    a.exit_address != b.exit_address || a.exit_name != b.exit_name,
-                    "exit",
-                );
+                let exit_changed = a.exit_address != b.exit_address || a.exit_name != b.exit_name;
+                mark(&mut at_restart, exit_changed, "exit");
             }
             (RoleConfig::Exit(a), RoleConfig::Exit(b)) => {
-                fixed(a.listen != b.listen, "listen");
-                if a.sites != b.sites {
-                    plan.at_restart.push("sites");
-                }
+                mark(&mut fixed, a.listen != b.listen, "listen");
+                mark(&mut at_restart, a.sites != b.sites, "sites");
             }
-            _ => plan.fixed.push("role"),
+            _ => fixed.push("role"),
         }
-        let mut later = |changed: bool, key| {
-            if changed {
-                plan.at_restart.push(key);
-            }
-        };
-        later(
-            new.tun.addresses != running.tun.addresses
-                || new.tun.routes != running.tun.routes
-                || new.tun.mtu != running.tun.mtu,
-            "tun",
-        );
-        later(new.tls != running.tls, "tls");
-        later(new.pacing != running.pacing, "pacing");
-        later(new.abe != running.abe, "abe");
-        later(
-            new.admin.token_file != running.admin.token_file,
-            "admin.token_file",
-        );
-        plan
+        let tun_changed = new.tun.addresses != running.tun.addresses
+            || new.tun.routes != running.tun.routes
+            || new.tun.mtu != running.tun.mtu;
+        mark(&mut at_restart, tun_changed, "tun");
+        mark(&mut at_restart, new.tls != running.tls, "tls");
+        mark(&mut at_restart, new.pacing != running.pacing, "pacing");
+        mark(&mut at_restart, new.abe != running.abe, "abe");
+        let token_changed = new.admin.token_file != running.admin.token_file;
+        mark(&mut at_restart, token_changed, "admin.token_file");
+        ReloadPlan {
+            scheduler: (new.scheduler != running.scheduler).then(|| new.scheduler.clone()),
+            uplinks,
+            fixed,
+            at_restart,
+        }
     }
 
     /// The configuration that runs after the reload: `new`, with the keys that cannot
@@ -88,6 +73,13 @@ impl ReloadPlan {
             entry.uplinks = uplinks.clone();
         }
         after
+    }
+}
+
+/// Adds `key` to `keys` when it `changed`.
+fn mark(keys: &mut Vec<&'static str>, changed: bool, key: &'static str) {
+    if changed {
+        keys.push(key);
     }
 }
 
