@@ -39,6 +39,90 @@ fn ping_ok(tb: &Testbed, from: &str, to: &str, count: u32) {
     );
 }
 
+/// The Grafana dashboard (`docker/grafana/braid.json`): every query parses (promtool
+/// checks them as recording rules, with Grafana's variables filled in) and names only
+/// metric families that a live gateway exports in `metrics`.
+fn check_dashboard(metrics: &[String]) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/grafana/braid.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard")).expect("JSON");
+    let mut queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().expect("targets").iter())
+        .map(|target| target["expr"].as_str().expect("expr").to_string())
+        .collect();
+    assert!(queries.len() >= 15, "{} queries", queries.len());
+    // A variable's query `label_values(METRIC, LABEL)`: its metric is checked as a query.
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+    {
+        let query = variable["definition"].as_str().expect("definition");
+        let metric = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.split(',').next())
+            .unwrap_or_else(|| panic!("variable query {query:?}"));
+        queries.push(metric.to_string());
+    }
+    let filled = |q: &str| {
+        q.replace("$__rate_interval", "1m")
+            .replace("$role", ".*")
+            .replace("$site", ".*")
+    };
+    let rules: String = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            format!(
+                "      - record: dashboard:q{i}\n        expr: {:?}\n",
+                filled(q)
+            )
+        })
+        .collect();
+    let file = std::env::temp_dir().join(format!("braid-dashboard-{}.yml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!("groups:\n  - name: dashboard\n    rules:\n{rules}"),
+    )
+    .expect("rules file");
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool (integration/run-tests.sh fetches it)");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "a dashboard query does not parse: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: std::collections::HashSet<&str> = metrics
+        .iter()
+        .flat_map(|m| m.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    for query in &queries {
+        let names = query
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("braid_"));
+        for name in names {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .filter(|base| exported.contains(base))
+                .unwrap_or(name);
+            assert!(
+                exported.contains(family),
+                "the dashboard queries {name}, which braid does not export: {query}"
+            );
+        }
+    }
+}
+
 #[test]
 fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
     let tb = Testbed::up(
@@ -60,8 +144,8 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
         assert_eq!(status, 200, "{role} /healthz: {body}");
     }
     // `/metrics` passes Prometheus' own linter (installed by run-tests.sh).
-    for role in ["en", "ex"] {
-        let metrics = tb.metrics(role);
+    let pages = ["en", "ex"].map(|role| tb.metrics(role));
+    for (role, metrics) in ["en", "ex"].iter().zip(&pages) {
         let mut promtool = std::process::Command::new("promtool")
             .args(["check", "metrics"])
             .stdin(std::process::Stdio::piped())
@@ -82,6 +166,7 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    check_dashboard(&pages);
     // `braid status` (renewed every second): every uplink's lane up at both ends.
     let lanes_up = |role: &str| -> Vec<String> {
         let json = tb.ok(role, &[braid_bin(), "status", "--json"]);

@@ -41,6 +41,8 @@ rm -rf "$unit_dir"
 (cd systemd && systemd-analyze security --offline=true --threshold=25 braid@.service | tail -n 1)
 # The Debian package: built, installed with dpkg -i, its examples checked, purged.
 bash integration/package-check.sh
+# The docker-compose testbed: engine, images, a download over every uplink, Prometheus.
+bash docker/check.sh
 # Library, binaries and integration tests; the crate has no doc tests, and their
 # empty run would otherwise be the suite's last line.
 cargo test --locked --lib --bins --tests

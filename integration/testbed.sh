@@ -36,7 +36,6 @@ uplinks=${UPLINKS:-${#rates[@]}}
 read -r -a delays <<<"${DELAYS:-}"
 read -r -a losses <<<"${LOSS:-}"
 sites=${SITES:-1}
-buffer_ms=${BUFFER_MS:-50}
 
 ns() { echo "$name-$1"; }
 inns() { local n; n=$(ns "$1"); shift; ip netns exec "$n" "$@"; }
@@ -57,38 +56,8 @@ new_ns() {
         net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
 }
 
-shape() { # shape NS IF MBIT
-    local mbit=$3
-    [ "$mbit" = 0 ] && return 0
-    # Queue of BUFFER_MS at the rate (a modem's buffer), burst of ~2 ms or 16 KB.
-    local bytes_per_ms=$((mbit * 125))
-    local limit=$((bytes_per_ms * buffer_ms)); [ "$limit" -lt 30000 ] && limit=30000
-    local burst=$((bytes_per_ms * 2)); [ "$burst" -lt 16000 ] && burst=16000
-    inns "$1" tc qdisc replace dev "$2" root tbf rate "${mbit}mbit" burst "$burst" limit "$limit"
-}
-
-emulate() { # emulate ROUTER_NS DELAY_MS LOSS_PCT: route both directions through linkemu
-    local r=$1 delay=$2 loss=$3
-    [ "$delay" = 0 ] && [ "$loss" = 0 ] && return 0
-    local emu=${LINKEMU:-$(dirname "${BRAID:-$0}")/braid-linkemu}
-    [ -x "$emu" ] || { echo "error: delay/loss needs braid-linkemu (LINKEMU=$emu)" >&2; exit 1; }
-    for dev in eu ed; do
-        inns "$r" ip tuntap add dev "$dev" mode tun
-        inns "$r" ip link set dev "$dev" up mtu 1500
-    done
-    # Packets arriving from the entry side go through eu, from the exit side through
-    # ed; what linkemu writes back arrives on eu/ed and is routed by the main table.
-    for fam in -4 -6; do
-        inns "$r" ip "$fam" rule add iif a lookup 10 pref 100
-        inns "$r" ip "$fam" rule add iif b lookup 20 pref 101
-        inns "$r" ip "$fam" route add default dev eu table 10
-        inns "$r" ip "$fam" route add default dev ed table 20
-    done
-    inns "$r" sysctl -qw net.ipv4.conf.eu.rp_filter=0 net.ipv4.conf.ed.rp_filter=0
-    ip netns exec "$(ns "$r")" "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
-        --dev ed --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
-        >>"$state/linkemu-$r.log" 2>&1 &
-}
+# The uplink's shaping and emulation, applied inside router namespace NS.
+uplink() { local n; n=$(ns "$1"); shift; ip netns exec "$n" bash "$(dirname "$0")/uplink.sh" "$@"; }
 
 router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS
     local en=$1 i=$2 r=$3 sub=$4 rate=$5 delay=$6 loss=$7
@@ -109,9 +78,10 @@ router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS
     inns "$en" ip -6 route add fd00:19:200::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
     # The router's far side, for traffic outside the tunnel (benchmarks' background flows).
     inns "$en" ip route add "198.19.$((100 + sub)).0/24" via "198.19.$sub.1" dev "up$i"
-    shape "$r" b "$rate"
-    shape "$r" a "$rate"
-    emulate "$r" "$delay" "$loss"
+    uplink "$r" shape b "$rate"
+    uplink "$r" shape a "$rate"
+    LINKEMU=${LINKEMU:-$(dirname "${BRAID:-$0}")/braid-linkemu} \
+        uplink "$r" emulate a b "$delay" "$loss" "$state/linkemu-$r.log"
 }
 
 site() { # site CLIENT ENTRY LAN_INDEX

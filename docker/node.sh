@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Entrypoint of the compose testbed's containers (compose.yaml). Compose gives each
+# container its addresses; this names the interfaces after them, routes, shapes and
+# then runs the container's process:
+#
+#   node.sh certs DIR        a CA and certificates for the exit and site1 in DIR
+#                            (kept when they exist)
+#   node.sh client           routes through the entry, then waits
+#   node.sh entry            uplinks up1..up$UPLINKS, then `braid run`
+#   node.sh router N         WAN router of uplink N: RATE_MBIT, DELAY_MS, LOSS_PCT
+#   node.sh exit             the service address 198.19.200.1, then `braid run`
+#   node.sh server           routes through the exit, then an iperf3 server
+#
+# Addresses (all in 198.18.0.0/15): site LAN 198.18.1.0/24 (entry .1, client .2),
+# uplink N 198.19.N.0/24 (router .1, entry .2), router N to exit 198.19.(100+N).0/24
+# (router .1, exit .2), server LAN 198.18.100.0/24 (exit .1, server .2).
+set -euo pipefail
+exit_service=198.19.200.1
+uplinks=${UPLINKS:-3}
+
+# rename ADDRESS NAME: the interface holding ADDRESS becomes NAME.
+rename() {
+    local dev
+    dev=$(ip -o -4 addr show | awk -v a="$1" '{split($4, p, "/")} p[1] == a {print $2; exit}')
+    [ -n "$dev" ] || { echo "error: no interface has address $1" >&2; exit 1; }
+    [ "$dev" = "$2" ] && return 0
+    ip link set dev "$dev" down
+    ip link set dev "$dev" name "$2"
+    ip link set dev "$2" up
+}
+
+case "${1:-}" in
+certs)
+    dir=$2
+    if [ ! -f "$dir/ca.pem" ]; then
+        braid cert init "$dir"
+        braid cert issue --ca "$dir" --name exit
+        braid cert issue --ca "$dir" --name site1
+    fi
+    ;;
+client)
+    ip route replace default via 198.18.1.1
+    exec sleep infinity
+    ;;
+entry)
+    rename 198.18.1.1 lan
+    for ((i = 1; i <= uplinks; i++)); do
+        rename "198.19.$i.2" "up$i"
+        # One route to the exit per uplink device, so that a lane socket bound to
+        # its device (SO_BINDTODEVICE) finds its own.
+        ip route add "$exit_service/32" via "198.19.$i.1" dev "up$i" metric "$i"
+    done
+    exec braid run --config /etc/braid/entry.toml
+    ;;
+router)
+    n=$2
+    rename "198.19.$n.1" a
+    rename "198.19.$((100 + n)).1" b
+    ip route add "$exit_service/32" via "198.19.$((100 + n)).2"
+    # Both directions: the bottleneck is the WAN's, as with a real modem.
+    for dev in a b; do bash /usr/lib/braid-testbed/uplink.sh shape "$dev" "${RATE_MBIT:-0}"; done
+    LINKEMU=/usr/bin/braid-linkemu bash /usr/lib/braid-testbed/uplink.sh \
+        emulate a b "${DELAY_MS:-0}" "${LOSS_PCT:-0}" /proc/1/fd/1
+    echo "router $n: ${RATE_MBIT:-0} Mbit/s, ${DELAY_MS:-0} ms, ${LOSS_PCT:-0} % loss each way"
+    exec sleep infinity
+    ;;
+exit)
+    ip addr add "$exit_service/32" dev lo
+    rename 198.18.100.1 srv
+    for ((i = 1; i <= uplinks; i++)); do
+        rename "198.19.$((100 + i)).2" "core$i"
+        ip route add "198.19.$i.0/24" via "198.19.$((100 + i)).1" dev "core$i"
+    done
+    exec braid run --config /etc/braid/exit.toml
+    ;;
+server)
+    ip route replace default via 198.18.100.1
+    exec iperf3 --server
+    ;;
+*)
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One emulated uplink as a router forwards it, applied in the current network
+# namespace; the namespace testbed (testbed.sh) and the compose testbed's WAN routers
+# (docker/) both use it.
+#
+#   uplink.sh shape DEV MBIT            tbf at MBIT (0: unshaped) with a queue of
+#                                       BUFFER_MS (default 50) ms, as a modem's buffer
+#   uplink.sh emulate A B DELAY LOSS LOG
+#                                       delay (ms, one way) and loss (%) both ways
+#                                       between devices A and B, through
+#                                       braid-linkemu ($LINKEMU; this kernel may have
+#                                       no netem), logging to LOG; nothing when both
+#                                       are 0
+set -euo pipefail
+
+shape() { # shape DEV MBIT
+    local dev=$1 mbit=$2
+    [ "$mbit" = 0 ] && return 0
+    # Queue of BUFFER_MS at the rate, burst of ~2 ms or 16 KB.
+    local bytes_per_ms=$((mbit * 125)) buffer_ms=${BUFFER_MS:-50}
+    local limit=$((bytes_per_ms * buffer_ms)); [ "$limit" -lt 30000 ] && limit=30000
+    local burst=$((bytes_per_ms * 2)); [ "$burst" -lt 16000 ] && burst=16000
+    tc qdisc replace dev "$dev" root tbf rate "${mbit}mbit" burst "$burst" limit "$limit"
+}
+
+emulate() { # emulate A B DELAY_MS LOSS_PCT LOG
+    local a=$1 b=$2 delay=$3 loss=$4 log=$5
+    [ "$delay" = 0 ] && [ "$loss" = 0 ] && return 0
+    local emu=${LINKEMU:?set LINKEMU to braid-linkemu}
+    [ -x "$emu" ] || { echo "error: delay/loss needs braid-linkemu (LINKEMU=$emu)" >&2; exit 1; }
+    for dev in eu ed; do
+        ip tuntap add dev "$dev" mode tun
+        ip link set dev "$dev" up mtu 1500
+    done
+    # Packets arriving from A go through eu, from B through ed; what linkemu writes
+    # back arrives on eu/ed and is routed by the main table.
+    local families=(-4)
+    # Containers may run without IPv6.
+    [ "$(cat /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null || echo 1)" = 0 ] && families+=(-6)
+    for fam in "${families[@]}"; do
+        ip "$fam" rule add iif "$a" lookup 10 pref 100
+        ip "$fam" rule add iif "$b" lookup 20 pref 101
+        ip "$fam" route add default dev eu table 10
+        ip "$fam" route add default dev ed table 20
+    done
+    # Replies leave by another device than eu/ed: no reverse-path filter on them. (A
+    # container's /proc/sys is read-only; compose sets the default to 0 beforehand.)
+    for dev in eu ed; do
+        [ "$(cat "/proc/sys/net/ipv4/conf/$dev/rp_filter")" = 0 ] ||
+            sysctl -qw "net.ipv4.conf.$dev.rp_filter=0"
+    done
+    "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
+        --dev ed --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" >>"$log" 2>&1 &
+}
+
+case "${1:-}" in
+shape) shift; shape "$@" ;;
+emulate) shift; emulate "$@" ;;
+*) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
