@@ -1015,9 +1015,19 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
     assert!(tb.ping_once());
     assert_eq!(stateless(), 0.0, "AFMT decides at first");
 
-    // The scheduler changes at once: round-robin's decisions appear, traffic flows.
-    let changed = original.replace("algorithm = \"afmt\"", "algorithm = \"round-robin\"");
+    // The scheduler changes at once: round-robin's decisions appear, traffic flows;
+    // a new prefix is sent into the tunnel.
+    let routes = "routes = [\"198.18.100.0/24\", \"fd00:100::/64\"]";
+    let changed = original
+        .replace("algorithm = \"afmt\"", "algorithm = \"round-robin\"")
+        .replace(
+            routes,
+            "routes = [\"198.18.100.0/24\", \"198.18.99.0/24\", \"fd00:100::/64\"]",
+        );
     assert_ne!(changed, original, "the testbed configures AFMT");
+    assert!(original.contains(routes), "the testbed's entry routes");
+    let tunnel_routes = || tb.ok("en", &["ip", "route", "show", "dev", "braid0"]);
+    assert!(!tunnel_routes().contains("198.18.99.0/24"));
     std::fs::write(&config, &changed).expect("write");
     hup();
     assert!(
@@ -1031,6 +1041,11 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
     assert!(
         eventually(Duration::from_secs(3), || stateless() > 0.0),
         "no round-robin decision after the reload"
+    );
+    assert!(
+        tunnel_routes().contains("198.18.99.0/24"),
+        "{}",
+        tunnel_routes()
     );
 
     // What cannot change is named and kept; the gateway carries on.
@@ -1100,4 +1115,123 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
         tb.logs()
     );
     assert!(tb.ping_once());
+}
+
+#[test]
+fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
+    let tb = Testbed::up("e2esites", &[("RATES", "0"), ("SITES", "2")]);
+    tb.start();
+    let config = tb.path("exit.toml");
+    let original = std::fs::read_to_string(&config).expect("exit configuration");
+    let exit = tb.gateway_pid("exit");
+    let hup = || nix::sys::signal::kill(exit, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    let site2_pings = || {
+        tb.run("c2", &["ping", "-c", "1", "-W", "1", SERVER_V4])
+            .status
+            .success()
+    };
+    let site2_route = || {
+        tb.ok("ex", &["ip", "route", "show", "dev", "braid0"])
+            .contains("198.18.2.0/24")
+    };
+    let served = || -> Vec<String> {
+        let json = tb.ok("ex", &[braid_bin(), "status", "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+        doc["sites"]
+            .as_array()
+            .expect("sites")
+            .iter()
+            .map(|s| s["site"].as_str().expect("site").to_string())
+            .collect()
+    };
+    assert!(tb.ping_once() && site2_pings() && site2_route());
+
+    // Site2 removed: its lane closes, its route goes, its entry is refused from then
+    // on; site1 carries on.
+    let site2_block =
+        "[[sites]]\nid = \"site2\"\nprefixes = [\"198.18.2.0/24\", \"fd00:2::/64\"]\n";
+    let without_site2 = original.replace(site2_block, "");
+    assert_ne!(without_site2, original, "the testbed's exit serves site2");
+    std::fs::write(&config, &without_site2).expect("write");
+    hup();
+    let site2_up = "braid_uplink_up{site=\"site2\",uplink=\"up1\"}";
+    assert!(
+        eventually(Duration::from_secs(5), || tb.metric("ex", site2_up) == 0.0),
+        "{}",
+        tb.logs()
+    );
+    assert!(!site2_route(), "the exit still routes site2's prefix");
+    assert!(!site2_pings(), "site2 still reaches the server");
+    assert_eq!(served(), ["site1"]);
+    assert!(
+        eventually(Duration::from_secs(10), || tb
+            .log("exit.log")
+            .contains("site \\\"site2\\\" is not served by this exit")),
+        "{}",
+        tb.logs()
+    );
+    assert!(tb.ping_once(), "site1 lost its tunnel");
+
+    // Added back: the entry's next attempt is admitted.
+    std::fs::write(&config, &original).expect("restore");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(15), site2_pings),
+        "{}",
+        tb.logs()
+    );
+    assert!(site2_route());
+    assert_eq!(served(), ["site1", "site2"]);
+
+    // A new CA and exit certificate, written over the files: handshakes from now on
+    // use them (a site certificate of the new CA is admitted, and the exit's new
+    // certificate verifies against it), lanes already up stay up.
+    let state = tb.state.clone();
+    let rotated = state.join("rotated");
+    braid::cert::init_ca(&rotated).expect("new CA");
+    braid::cert::issue(&rotated, "exit").expect("new exit certificate");
+    braid::cert::issue(&rotated, "site1").expect("new site certificate");
+    let entry_ns = tb.ns("en");
+    let probe = || {
+        let tls = tls_client(&rotated, &rotated, "site1");
+        in_netns(&entry_ns, move || {
+            runtime().block_on(async move {
+                let exit: SocketAddr = "198.19.200.1:4433".parse().expect("addr");
+                let any: SocketAddr = "0.0.0.0:0".parse().expect("addr");
+                let hello = Hello {
+                    version: PROTOCOL_VERSION,
+                    site: "site1".into(),
+                    uplink: "probe".into(),
+                    colour: Colour::Blue,
+                    down_kbps: None,
+                    rank: 0,
+                };
+                braid::lane::client::open_lane(any, None, exit, "exit", tls, &hello)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:#}"))
+            })
+        })
+    };
+    assert!(probe().is_err(), "the new CA is trusted before the reload");
+    for file in ["ca.pem", "exit.pem", "exit.key"] {
+        std::fs::copy(rotated.join(file), state.join(file)).expect("rotate");
+    }
+    hup();
+    assert!(
+        eventually(Duration::from_secs(5), || tb
+            .log("exit.log")
+            .contains("new certificate files")),
+        "{}",
+        tb.logs()
+    );
+    let admitted = probe();
+    assert!(admitted.is_ok(), "{admitted:?}");
+    // The probe's lane was a lane of site1 until it closed: site1's traffic may have
+    // taken it meanwhile.
+    assert!(
+        eventually(Duration::from_secs(5), || tb.ping_once() && site2_pings()),
+        "lanes up before the rotation went down: {}",
+        tb.logs()
+    );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -23,13 +23,13 @@ use crate::core::engine::{
 };
 use crate::core::time::Instant;
 use crate::driver::{Driver, DriverCommand, DriverParts};
-use crate::lane::{self, client::Dialers};
+use crate::lane::{self, client::Dialers, server::Admission};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::pacing_control::{self, PacingControl};
-use crate::reload::ReloadPlan;
+use crate::reload::{self, ReloadPlan};
 use crate::status::Status;
-use crate::tun::Tun;
+use crate::tun::{self, Tun};
 
 /// How long lanes get to close after the data path stopped.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -65,7 +65,8 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     // The entry's dialers run here and change with reloads.
     let dialer_tasks = TaskTracker::new();
     let mut dialers = None;
-    let (role, sites, tun_routes) = match &config.role {
+    let mut admission = None;
+    let (role, sites) = match &config.role {
         RoleConfig::Entry(entry) => {
             let tls = lane::client::tls_config(&material)?;
             let mut d = Dialers::new(
@@ -81,27 +82,25 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 id: entry.site.clone(),
                 prefixes: Vec::new(),
             };
-            (Role::Entry, vec![site], config.tun.routes.clone())
+            (Role::Entry, vec![site])
         }
         RoleConfig::Exit(exit) => {
-            let listener = lane::server::bind(exit.listen, &material)
+            let (admission_tx, admission_rx) =
+                watch::channel(Arc::new(Admission::new(site_set(&exit.sites), &material)?));
+            let listener = lane::server::bind(exit.listen, admission_rx)
                 .with_context(|| format!("listening on {}", exit.listen))?;
             info!(listen = %exit.listen, "accepting lanes");
-            let ids: HashSet<String> = exit.sites.iter().map(|s| s.id.clone()).collect();
             tasks.spawn(lane::server::run(
                 listener,
-                Arc::new(ids),
                 events_tx.clone(),
                 shutdown.clone(),
             ));
-            let sites = exit.sites.clone();
-            let mut routes: Vec<_> = sites.iter().flat_map(|s| s.prefixes.clone()).collect();
-            routes.extend(config.tun.routes.iter().copied());
-            (Role::Exit, sites, routes)
+            admission = Some(admission_tx);
+            (Role::Exit, exit.sites.clone())
         }
     };
     drop(events_tx);
-    let tun = match Tun::open(&config.tun, &tun_routes).await {
+    let tun = match Tun::open(&config.tun, &reload::tunnel_routes(&config)).await {
         Ok(tun) => tun,
         Err(e) => {
             shutdown.cancel();
@@ -134,21 +133,25 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     let app_stats = AppStats::new(metrics.clone(), &engine, report.clone());
     let (commands_tx, commands_rx) = mpsc::channel(16);
     let status = Arc::new(Mutex::new(Status::default()));
-    let control = PacingControl::new(
+    let control = Arc::new(PacingControl::new(
         site_ids,
         tables,
         config.pacing.state_file.clone(),
         commands_tx.clone(),
         report,
-    );
+    ));
     let notifier = Arc::new(Notifier::from_env());
     tasks.spawn(watch_signals(
         shutdown.clone(),
         Reloader {
             path: config_path,
+            tun: tun.name().to_string(),
             running: config.clone(),
+            material,
             driver: commands_tx,
+            pacing: control.clone(),
             dialers,
+            admission,
         },
         notifier.clone(),
     ));
@@ -156,7 +159,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         admin_listener,
         Arc::new(Admin {
             metrics: metrics.clone(),
-            pacing: Arc::new(control),
+            pacing: control,
             token,
             status: status.clone(),
         }),
@@ -190,18 +193,30 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a reload needs: the file, the configuration running, and the data path.
+/// The ids of an exit's sites, as its admission checks them.
+fn site_set(sites: &[SiteSpec]) -> HashSet<String> {
+    sites.iter().map(|s| s.id.clone()).collect()
+}
+
+/// What a reload needs: the file, what runs, and the parts it changes.
 struct Reloader {
     path: PathBuf,
+    /// The TUN device's name, whose routes a reload changes.
+    tun: String,
     running: Config,
+    /// The certificates in use, compared by content with the files at each reload.
+    material: TlsMaterial,
     driver: mpsc::Sender<DriverCommand>,
+    pacing: Arc<PacingControl>,
     /// The entry's dialers (none at an exit).
     dialers: Option<Dialers>,
+    /// The exit's admission of lanes (none at an entry).
+    admission: Option<watch::Sender<Arc<Admission>>>,
 }
 
 impl Reloader {
     /// Re-reads and validates the file and applies what can change while running;
-    /// an invalid file changes nothing.
+    /// an invalid file, or certificates that cannot be used, change nothing.
     async fn reload(&mut self) {
         let new = match Config::load(&self.path) {
             Ok(new) => new,
@@ -211,6 +226,23 @@ impl Reloader {
             }
         };
         let plan = ReloadPlan::new(&self.running, &new);
+        // Everything that can fail is prepared before anything is applied.
+        let material = match TlsMaterial::load(&new.tls) {
+            Ok(m) if m.same_as(&self.material) => None,
+            Ok(m) => Some(m),
+            Err(e) => {
+                warn!(error = format!("{e:#}"), "reload: tls: nothing changed");
+                return;
+            }
+        };
+        let prepared = self.prepare_tls(material.as_ref(), &plan, &new);
+        let (client_tls, admission) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                warn!(error = format!("{e:#}"), "reload: tls: nothing changed");
+                return;
+            }
+        };
         if !plan.fixed.is_empty() {
             warn!(
                 keys = plan.fixed.join(", "),
@@ -223,23 +255,90 @@ impl Reloader {
                 "reload: this build applies these at the next restart"
             );
         }
-        if let Some(scheduler) = plan.scheduler.clone()
-            && self
-                .driver
-                .send(DriverCommand::Reschedule(scheduler))
-                .await
-                .is_err()
-        {
+        if self.apply(&plan, client_tls, admission).await.is_err() {
             return; // The data path has stopped.
         }
-        self.running = plan.running_after(&self.running, &new);
-        if plan.uplinks.is_some()
-            && let (Some(dialers), RoleConfig::Entry(entry)) =
-                (&mut self.dialers, &self.running.role)
-        {
-            dialers.apply(entry);
+        if let Some(material) = material {
+            info!("reload: new certificate files; every handshake from now on uses them");
+            self.material = material;
         }
+        self.running = plan.running_after(&self.running, &new);
         info!("reload: done");
+    }
+
+    /// The entry's TLS configuration and the exit's admission the reload installs,
+    /// when new certificates or (exit) new sites need them.
+    fn prepare_tls(
+        &self,
+        material: Option<&TlsMaterial>,
+        plan: &ReloadPlan,
+        new: &Config,
+    ) -> anyhow::Result<(Option<Arc<rustls::ClientConfig>>, Option<Admission>)> {
+        let client_tls = match (material, &self.dialers) {
+            (Some(m), Some(_)) => Some(lane::client::tls_config(m)?),
+            _ => None,
+        };
+        let admission = match (&self.admission, &new.role) {
+            (Some(_), RoleConfig::Exit(exit)) if material.is_some() || plan.sites.is_some() => {
+                let sites = plan.sites.as_deref().unwrap_or(&exit.sites);
+                Some(Admission::new(
+                    site_set(sites),
+                    material.unwrap_or(&self.material),
+                )?)
+            }
+            _ => None,
+        };
+        Ok((client_tls, admission))
+    }
+
+    /// Applies a plan; fails only when the data path has stopped.
+    async fn apply(
+        &mut self,
+        plan: &ReloadPlan,
+        client_tls: Option<Arc<rustls::ClientConfig>>,
+        admission: Option<Admission>,
+    ) -> Result<(), ()> {
+        let mut commands = Vec::new();
+        if let Some(scheduler) = &plan.scheduler {
+            commands.push(DriverCommand::Reschedule(scheduler.clone()));
+        }
+        if let Some(kbps) = plan.default_rate_kbps {
+            commands.push(DriverCommand::DefaultRate(kbps));
+        }
+        if let Some(sites) = &plan.sites {
+            // The data path first: a lane of a new site that the new admission lets
+            // in finds its site there, and one of a removed site is refused by both.
+            commands.push(DriverCommand::ServeSites(sites.clone()));
+            let ids: Vec<String> = sites.iter().map(|s| s.id.clone()).collect();
+            self.pacing.serve_sites(&ids);
+        }
+        for command in commands {
+            self.driver.send(command).await.map_err(|_| ())?;
+        }
+        if let Some(path) = &plan.state_file
+            && let Err(e) = self.pacing.move_state_file(path.clone()).await
+        {
+            warn!(error = ?e, "reload: pacing.state_file: the tables could not be written there");
+        }
+        let routes_changed = !plan.routes_added.is_empty() || !plan.routes_removed.is_empty();
+        if routes_changed
+            && let Err(e) =
+                tun::change_routes(&self.tun, &plan.routes_added, &plan.routes_removed).await
+        {
+            warn!(error = format!("{e:#}"), "reload: routes");
+        }
+        if let (Some(sender), Some(admission)) = (&self.admission, admission) {
+            sender.send_replace(Arc::new(admission));
+        }
+        if let Some(dialers) = &mut self.dialers {
+            if let Some(tls) = client_tls {
+                dialers.set_tls(tls);
+            }
+            if let Some(entry) = &plan.entry {
+                dialers.apply(entry);
+            }
+        }
+        Ok(())
     }
 }
 

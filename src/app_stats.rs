@@ -65,19 +65,25 @@ impl AppStats {
         engine: &DataPath,
         report: Arc<Mutex<Vec<SiteReport>>>,
     ) -> AppStats {
-        let site_ids: Vec<String> = engine.sites().map(|(_, id)| id.to_string()).collect();
         let mut stats = AppStats {
             metrics,
-            counters: site_ids.iter().map(|_| Vec::new()).collect(),
-            site_ids,
+            counters: Vec::new(),
+            site_ids: Vec::new(),
             direction: engine.pacing().direction(),
             report,
             reported_at: Instant::ZERO,
         };
-        for i in 0..stats.site_ids.len() {
-            stats.rebuild(SiteIdx(i as u32), engine.pacing());
-        }
+        stats.add_sites(engine);
         stats
+    }
+
+    /// Takes the engine's sites beyond those accounted so far (a reload added them).
+    pub fn add_sites(&mut self, engine: &DataPath) {
+        for (site, id) in engine.sites().skip(self.site_ids.len()) {
+            self.site_ids.push(id.to_string());
+            self.counters.push(Vec::new());
+            self.rebuild(site, engine.pacing());
+        }
     }
 
     /// Takes a site's applications anew after its table changed; applications that

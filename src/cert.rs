@@ -77,24 +77,36 @@ pub fn issue(ca_dir: &Path, name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
 /// A gateway's loaded TLS material.
 pub struct TlsMaterial {
     pub roots: Arc<rustls::RootCertStore>,
+    /// The CA certificates `roots` holds, as read.
+    ca: Vec<CertificateDer<'static>>,
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
 }
 
 impl TlsMaterial {
     pub fn load(tls: &TlsConfig) -> anyhow::Result<TlsMaterial> {
+        let ca = load_certs(&tls.ca)?;
         let mut roots = rustls::RootCertStore::empty();
-        for ca in load_certs(&tls.ca)? {
+        for cert in &ca {
             roots
-                .add(ca)
+                .add(cert.clone())
                 .with_context(|| format!("{}: not a usable CA certificate", tls.ca.display()))?;
         }
         Ok(TlsMaterial {
             roots: Arc::new(roots),
+            ca,
             chain: load_certs(&tls.cert)?,
             key: PrivateKeyDer::from_pem_file(&tls.key)
                 .with_context(|| format!("{}: no private key in PEM form", tls.key.display()))?,
         })
+    }
+
+    /// Whether `other` holds the same CA, certificate chain and key (a reload that
+    /// finds the same material has nothing to rotate).
+    pub fn same_as(&self, other: &TlsMaterial) -> bool {
+        self.ca == other.ca
+            && self.chain == other.chain
+            && self.key.secret_der() == other.key.secret_der()
     }
 }
 

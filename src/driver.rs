@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
 use crate::config::SchedulerConfig;
-use crate::core::engine::{DataPath, LaneUp, SiteIdx};
+use crate::core::engine::{DataPath, LaneClose, LaneUp, SiteIdx, SiteSpec};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
@@ -103,6 +103,10 @@ pub enum DriverCommand {
     },
     /// Schedule with these settings from now on (a reload changed them).
     Reschedule(SchedulerConfig),
+    /// Pace what no application matches at this rate (kbit/s) from now on.
+    DefaultRate(u64),
+    /// Serve exactly these sites from now on (an exit's reload changed them).
+    ServeSites(Vec<SiteSpec>),
 }
 
 /// Why the loop woke up.
@@ -339,11 +343,13 @@ impl Driver {
                 Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
             }
         }
-        while let Some(lane) = self.engine.poll_lane_close() {
+        while let Some((lane, why)) = self.engine.poll_lane_close() {
             if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
-                io.conn.close(0u32.into(), b"replaced");
+                io.conn.close(0u32.into(), why.reason());
             }
-            self.export.lane_replaced(lane);
+            if why == LaneClose::Replaced {
+                self.export.lane_replaced(lane);
+            }
         }
     }
 
@@ -444,6 +450,16 @@ impl Driver {
                     algorithm = config.algorithm.as_str(),
                     "scheduler settings applied"
                 );
+            }
+            DriverCommand::DefaultRate(kbps) => {
+                self.engine.handle_default_rate(Some(kbps), now);
+                info!(default_rate_kbps = kbps, "default pacing rate applied");
+            }
+            DriverCommand::ServeSites(sites) => {
+                self.engine.handle_sites(&sites, now);
+                self.app_stats.add_sites(&self.engine);
+                let ids: Vec<&str> = sites.iter().map(|s| s.id.as_str()).collect();
+                info!(sites = ids.join(", "), "sites applied");
             }
         }
     }

@@ -395,28 +395,30 @@ struct LaneExport {
 
 impl Export {
     pub fn new(metrics: Arc<Metrics>, engine: &DataPath) -> Export {
-        let reordered = engine
-            .sites()
-            .map(|(_, id)| (metrics.reordered(id), 0))
-            .collect();
-        let reseq = engine
-            .sites()
-            .map(|(_, id)| (metrics.reseq_packets(id), ReseqCounters::default()))
-            .collect();
-        *metrics
+        let mut export = Export {
+            metrics,
+            drops: [0; DropReason::ALL.len()],
+            reordered: Vec::new(),
+            reseq: Vec::new(),
+            lanes: Vec::new(),
+        };
+        export.add_sites(engine);
+        export
+    }
+
+    /// Takes the engine's sites beyond those exported so far (a reload added them).
+    fn add_sites(&mut self, engine: &DataPath) {
+        let mut holds = self
+            .metrics
             .reseq_hold
             .sites
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = engine
-            .sites()
-            .map(|(_, id)| (id.to_string(), ReseqCounters::default()))
-            .collect();
-        Export {
-            metrics,
-            drops: [0; DropReason::ALL.len()],
-            reordered,
-            reseq,
-            lanes: Vec::new(),
+            .unwrap_or_else(|e| e.into_inner());
+        for (_, id) in engine.sites().skip(self.reordered.len()) {
+            self.reordered.push((self.metrics.reordered(id), 0));
+            self.reseq
+                .push((self.metrics.reseq_packets(id), ReseqCounters::default()));
+            holds.push((id.to_string(), ReseqCounters::default()));
         }
     }
 
@@ -452,6 +454,7 @@ impl Export {
 
     /// Copies what changed since the last call.
     pub fn copy(&mut self, engine: &DataPath) {
+        self.add_sites(engine);
         for reason in DropReason::ALL {
             let total = engine.dropped(reason);
             let exported = &mut self.drops[reason as usize];

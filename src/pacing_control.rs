@@ -82,10 +82,12 @@ pub enum PutError {
 
 /// The controller's side: current tables, persistence, and the way to the driver.
 pub struct PacingControl {
-    /// Site ids, by `SiteIdx`.
-    sites: Vec<String>,
+    /// Site ids by `SiteIdx`, each with whether it is served (a reload may remove
+    /// sites; their indexes stay, as in the engine).
+    sites: Mutex<Vec<(String, bool)>>,
     tables: tokio::sync::Mutex<Tables>,
-    state_file: Option<PathBuf>,
+    /// Where tables are persisted; a reload may move it.
+    state_file: Mutex<Option<PathBuf>>,
     commands: mpsc::Sender<DriverCommand>,
     report: Arc<Mutex<Vec<SiteReport>>>,
 }
@@ -99,22 +101,45 @@ impl PacingControl {
         report: Arc<Mutex<Vec<SiteReport>>>,
     ) -> PacingControl {
         PacingControl {
-            sites,
+            sites: Mutex::new(sites.into_iter().map(|id| (id, true)).collect()),
             tables: tokio::sync::Mutex::new(tables),
-            state_file,
+            state_file: Mutex::new(state_file),
             commands,
             report,
         }
     }
 
-    pub fn sites(&self) -> &[String] {
-        &self.sites
+    /// The ids of the sites served.
+    pub fn sites(&self) -> Vec<String> {
+        self.lock_sites()
+            .iter()
+            .filter(|(_, served)| *served)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Serves exactly `ids` from now on, indexed as the engine's
+    /// [`DataPath::handle_sites`](crate::core::engine::DataPath::handle_sites) does.
+    pub fn serve_sites(&self, ids: &[String]) {
+        let mut sites = self.lock_sites();
+        for (id, served) in sites.iter_mut() {
+            *served = ids.contains(id);
+        }
+        for id in ids {
+            if !sites.iter().any(|(known, _)| known == id) {
+                sites.push((id.clone(), true));
+            }
+        }
+    }
+
+    fn lock_sites(&self) -> std::sync::MutexGuard<'_, Vec<(String, bool)>> {
+        self.sites.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn site_index(&self, site: &str) -> Option<SiteIdx> {
-        self.sites
+        self.lock_sites()
             .iter()
-            .position(|s| s == site)
+            .position(|(id, served)| id == site && *served)
             .map(|i| SiteIdx(i as u32))
     }
 
@@ -172,9 +197,22 @@ impl PacingControl {
         outcome
     }
 
+    /// Persists the tables to `path` from now on (a reload changed
+    /// `pacing.state_file`), writing them there at once.
+    pub async fn move_state_file(&self, path: Option<PathBuf>) -> Result<(), PutError> {
+        let tables = self.tables.lock().await;
+        *self.state_file.lock().unwrap_or_else(|e| e.into_inner()) = path;
+        self.persist(&tables).await
+    }
+
     /// Writes every site's table to the state file, if there is one.
     async fn persist(&self, tables: &Tables) -> Result<(), PutError> {
-        let Some(path) = self.state_file.clone() else {
+        let state_file = self
+            .state_file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(path) = state_file else {
             return Ok(());
         };
         let json =

@@ -1,17 +1,34 @@
 //! What a reload (SIGHUP, `systemctl reload`) does with a new, valid configuration:
 //! which changes apply at once, which a running gateway cannot take (named and kept),
-//! and which this build applies only at the next restart (named too).
+//! and which this build applies only at the next restart (named too). New
+//! certificate files are found by content, not by the configuration, so the shell
+//! (`app.rs`) compares them itself.
 
-use crate::config::{Config, RoleConfig, SchedulerConfig, UplinkConfig};
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig};
+use crate::core::engine::SiteSpec;
 
 /// The outcome of comparing the running configuration with a new one.
 #[derive(Debug, Default, PartialEq)]
 pub struct ReloadPlan {
     /// The scheduler settings, when they changed: applied at once.
     pub scheduler: Option<SchedulerConfig>,
-    /// The entry's uplinks, when they changed: lanes of removed or changed uplinks
-    /// close, new ones start.
-    pub uplinks: Option<Vec<UplinkConfig>>,
+    /// The entry's uplinks and exit, when they changed: lanes of removed or changed
+    /// uplinks close, new ones start (all of them when the exit changed).
+    pub entry: Option<EntryConfig>,
+    /// The exit's sites, when they changed: new ones are admitted, the lanes of
+    /// removed ones close and are refused from then on.
+    pub sites: Option<Vec<SiteSpec>>,
+    /// Prefixes sent into the tunnel from now on, and those no longer sent.
+    pub routes_added: Vec<IpNet>,
+    pub routes_removed: Vec<IpNet>,
+    /// `pacing.default_rate_kbps`, when it changed.
+    pub default_rate_kbps: Option<u64>,
+    /// `pacing.state_file`, when it changed: tables are written there at once.
+    pub state_file: Option<Option<PathBuf>>,
     /// Keys that cannot change while the gateway runs; their running values stay.
     pub fixed: Vec<&'static str>,
     /// Keys that changed and take effect at the next restart in this build.
@@ -21,59 +38,98 @@ pub struct ReloadPlan {
 impl ReloadPlan {
     /// Compares `running` with `new`.
     pub fn new(running: &Config, new: &Config) -> ReloadPlan {
-        let mut fixed = Vec::new();
-        let mut at_restart = Vec::new();
-        let mut uplinks = None;
-        mark(&mut fixed, new.tun.name != running.tun.name, "tun.name");
+        let mut plan = ReloadPlan::default();
         mark(
-            &mut fixed,
-            new.admin.listen != running.admin.listen,
-            "admin.listen",
+            &mut plan.fixed,
+            new.tun.name != running.tun.name,
+            "tun.name",
         );
+        let listen_changed = new.admin.listen != running.admin.listen;
+        mark(&mut plan.fixed, listen_changed, "admin.listen");
         match (&running.role, &new.role) {
             (RoleConfig::Entry(a), RoleConfig::Entry(b)) => {
-                mark(&mut fixed, a.site != b.site, "site");
-                if a.uplinks != b.uplinks {
-                    uplinks = Some(b.uplinks.clone());
+                mark(&mut plan.fixed, a.site != b.site, "site");
+                let lanes_changed = a.uplinks != b.uplinks
+                    || a.exit_address != b.exit_address
+                    || a.exit_name != b.exit_name;
+                if lanes_changed && a.site == b.site {
+                    plan.entry = Some(b.clone());
                 }
-                let exit_changed = a.exit_address != b.exit_address || a.exit_name != b.exit_name;
-                mark(&mut at_restart, exit_changed, "exit");
             }
             (RoleConfig::Exit(a), RoleConfig::Exit(b)) => {
-                mark(&mut fixed, a.listen != b.listen, "listen");
-                mark(&mut at_restart, a.sites != b.sites, "sites");
+                mark(&mut plan.fixed, a.listen != b.listen, "listen");
+                if a.sites != b.sites {
+                    plan.sites = Some(b.sites.clone());
+                }
             }
-            _ => fixed.push("role"),
+            _ => plan.fixed.push("role"),
         }
-        let tun_changed = new.tun.addresses != running.tun.addresses
-            || new.tun.routes != running.tun.routes
-            || new.tun.mtu != running.tun.mtu;
-        mark(&mut at_restart, tun_changed, "tun");
-        mark(&mut at_restart, new.tls != running.tls, "tls");
-        mark(&mut at_restart, new.pacing != running.pacing, "pacing");
-        mark(&mut at_restart, new.abe != running.abe, "abe");
+        if !plan.fixed.contains(&"role") {
+            let (before, after) = (tunnel_routes(running), tunnel_routes(new));
+            plan.routes_added = after
+                .iter()
+                .filter(|r| !before.contains(r))
+                .copied()
+                .collect();
+            plan.routes_removed = before
+                .iter()
+                .filter(|r| !after.contains(r))
+                .copied()
+                .collect();
+        }
+        let tun_changed =
+            new.tun.addresses != running.tun.addresses || new.tun.mtu != running.tun.mtu;
+        mark(&mut plan.at_restart, tun_changed, "tun.address, tun.mtu");
+        mark(&mut plan.at_restart, new.abe != running.abe, "abe");
         let token_changed = new.admin.token_file != running.admin.token_file;
-        mark(&mut at_restart, token_changed, "admin.token_file");
-        ReloadPlan {
-            scheduler: (new.scheduler != running.scheduler).then(|| new.scheduler.clone()),
-            uplinks,
-            fixed,
-            at_restart,
+        mark(&mut plan.at_restart, token_changed, "admin.token_file");
+        if new.scheduler != running.scheduler {
+            plan.scheduler = Some(new.scheduler.clone());
         }
+        if new.pacing.default_rate_kbps != running.pacing.default_rate_kbps {
+            plan.default_rate_kbps = Some(new.pacing.default_rate_kbps);
+        }
+        if new.pacing.state_file != running.pacing.state_file {
+            plan.state_file = Some(new.pacing.state_file.clone());
+        }
+        plan
     }
 
     /// The configuration that runs after the reload: `new`, with the keys that cannot
     /// change and those this build applies only at a restart kept as they run.
     pub fn running_after(&self, running: &Config, new: &Config) -> Config {
-        let mut after = Config {
-            scheduler: new.scheduler.clone(),
-            ..running.clone()
-        };
-        if let (Some(uplinks), RoleConfig::Entry(entry)) = (&self.uplinks, &mut after.role) {
-            entry.uplinks = uplinks.clone();
+        let mut after = running.clone();
+        after.scheduler = new.scheduler.clone();
+        after.pacing = new.pacing.clone();
+        after.tls = new.tls.clone();
+        if !self.fixed.contains(&"role") {
+            after.tun.routes.clone_from(&new.tun.routes);
+        }
+        match &mut after.role {
+            RoleConfig::Entry(entry) => {
+                if let Some(new) = &self.entry {
+                    *entry = new.clone();
+                }
+            }
+            RoleConfig::Exit(exit) => {
+                if let Some(sites) = &self.sites {
+                    exit.sites.clone_from(sites);
+                }
+            }
         }
         after
     }
+}
+
+/// The prefixes a gateway sends into its TUN device: the configured routes, and at
+/// an exit every site's prefixes.
+pub fn tunnel_routes(config: &Config) -> Vec<IpNet> {
+    let mut routes = Vec::new();
+    if let RoleConfig::Exit(exit) = &config.role {
+        routes.extend(exit.sites.iter().flat_map(|s| s.prefixes.iter().copied()));
+    }
+    routes.extend(config.tun.routes.iter().copied());
+    routes
 }
 
 /// Adds `key` to `keys` when it `changed`.
@@ -148,14 +204,43 @@ mod tests {
     fn what_cannot_change_is_named_and_kept() {
         let dir = Dir::new();
         let running = dir.exit("braid0", "");
-        let new = dir.exit(
-            "braid9",
-            "[[sites]]\nid = \"branch-02\"\nprefixes = [\"10.2.0.0/16\"]\n",
-        );
+        let new = dir.exit("braid9", "address = [\"10.0.0.1/32\"]\n");
         let plan = ReloadPlan::new(&running, &new);
         assert_eq!(plan.fixed, ["tun.name"]);
-        assert_eq!(plan.at_restart, ["sites"]);
-        assert_eq!(plan.scheduler, None);
+        assert_eq!(plan.at_restart, ["tun.address, tun.mtu"]);
+        assert_eq!((plan.scheduler.as_ref(), plan.sites.as_ref()), (None, None));
         assert_eq!(plan.running_after(&running, &new), running);
+    }
+
+    #[test]
+    fn sites_routes_and_pacing_apply() {
+        let dir = Dir::new();
+        let running = dir.exit("braid0", "routes = [\"10.9.0.0/16\"]\n");
+        let new = dir.exit(
+            "braid0",
+            "routes = [\"10.8.0.0/16\"]\n[[sites]]\nid = \"branch-02\"\n\
+             prefixes = [\"10.2.0.0/16\"]\n[pacing]\ndefault_rate_kbps = 5000\n",
+        );
+        let plan = ReloadPlan::new(&running, &new);
+        let RoleConfig::Exit(exit) = &new.role else {
+            panic!("an exit")
+        };
+        assert_eq!(plan.sites.as_ref(), Some(&exit.sites));
+        let net = |s: &str| s.parse::<IpNet>().expect("prefix");
+        assert_eq!(plan.routes_added, [net("10.2.0.0/16"), net("10.8.0.0/16")]);
+        assert_eq!(plan.routes_removed, [net("10.9.0.0/16")]);
+        assert_eq!(plan.default_rate_kbps, Some(5000));
+        assert!(
+            plan.fixed.is_empty() && plan.at_restart.is_empty(),
+            "{plan:?}"
+        );
+        assert_eq!(plan.running_after(&running, &new), new);
+        // And back: the site's routes go, its lanes are closed by the data path.
+        let back = ReloadPlan::new(&new, &running);
+        assert_eq!(
+            back.routes_removed,
+            [net("10.2.0.0/16"), net("10.8.0.0/16")]
+        );
+        assert_eq!(back.default_rate_kbps, Some(0));
     }
 }

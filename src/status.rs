@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::app_stats::SiteReport;
-use crate::core::engine::{DataPath, Role};
+use crate::core::engine::{DataPath, Role, SiteIdx};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 
@@ -123,6 +123,12 @@ impl StatusBuilder {
             bytes[slot] = Some((tx, rx));
         }
         self.bytes = bytes;
+        // Sites a reload removed keep their index in the engine, not their place here.
+        let mut index = 0;
+        sites.retain(|_| {
+            index += 1;
+            engine.site_served(SiteIdx(index - 1))
+        });
         for site in &mut sites {
             site.lanes
                 .sort_by(|a, b| (&a.uplink, &a.colour).cmp(&(&b.uplink, &b.colour)));

@@ -51,20 +51,26 @@ impl Tun {
     }
 }
 
+/// Sends `add` into the tunnel and stops sending `remove` (the exit's reload of its
+/// sites' prefixes).
+pub async fn change_routes(name: &str, add: &[IpNet], remove: &[IpNet]) -> anyhow::Result<()> {
+    on_link(name, async |handle, index| {
+        for net in remove {
+            handle
+                .route()
+                .del(route_into(net, index)?)
+                .execute()
+                .await
+                .with_context(|| format!("removing route {net} from the tunnel"))?;
+        }
+        add_routes(handle, index, add).await
+    })
+    .await
+    .with_context(|| format!("changing the routes of TUN device {name}"))
+}
+
 async fn configure(name: &str, cfg: &TunConfig, routes: &[IpNet]) -> anyhow::Result<()> {
-    let (connection, handle, _) = rtnetlink::new_connection().context("opening netlink")?;
-    let netlink = tokio::spawn(connection);
-    let result = async {
-        let link = handle
-            .link()
-            .get()
-            .match_name(name.to_string())
-            .execute()
-            .try_next()
-            .await
-            .context("looking up the device")?
-            .context("the device vanished")?;
-        let index = link.header.index;
+    on_link(name, async |handle, index| {
         // No IPv6 link-local address: the kernel would otherwise send router
         // solicitations and MLD reports into the tunnel, which no peer wants.
         // Hosts with IPv6 disabled have no such file, and need nothing.
@@ -84,23 +90,60 @@ async fn configure(name: &str, cfg: &TunConfig, routes: &[IpNet]) -> anyhow::Res
                 .await
                 .with_context(|| format!("adding address {net}"))?;
         }
-        for net in routes {
-            let route = RouteMessageBuilder::<std::net::IpAddr>::new()
-                .destination_prefix(net.network(), net.prefix_len())
-                .with_context(|| format!("route {net}"))?
-                .output_interface(index)
-                .build();
-            handle
-                .route()
-                .add(route)
-                .replace()
-                .execute()
-                .await
-                .with_context(|| format!("adding route {net} into the tunnel"))?;
-        }
-        anyhow::Ok(())
+        add_routes(handle, index, routes).await
+    })
+    .await
+}
+
+/// Runs `f` with a netlink connection and the index of device `name`.
+async fn on_link<T>(
+    name: &str,
+    f: impl AsyncFnOnce(&rtnetlink::Handle, u32) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let (connection, handle, _) = rtnetlink::new_connection().context("opening netlink")?;
+    let netlink = tokio::spawn(connection);
+    let result = async {
+        let link = handle
+            .link()
+            .get()
+            .match_name(name.to_string())
+            .execute()
+            .try_next()
+            .await
+            .context("looking up the device")?
+            .context("the device vanished")?;
+        f(&handle, link.header.index).await
     }
     .await;
     netlink.abort();
     result
+}
+
+async fn add_routes(
+    handle: &rtnetlink::Handle,
+    index: u32,
+    routes: &[IpNet],
+) -> anyhow::Result<()> {
+    for net in routes {
+        handle
+            .route()
+            .add(route_into(net, index)?)
+            .replace()
+            .execute()
+            .await
+            .with_context(|| format!("adding route {net} into the tunnel"))?;
+    }
+    Ok(())
+}
+
+/// The route of `net` through device `index`.
+fn route_into(
+    net: &IpNet,
+    index: u32,
+) -> anyhow::Result<rtnetlink::packet_route::route::RouteMessage> {
+    Ok(RouteMessageBuilder::<std::net::IpAddr>::new()
+        .destination_prefix(net.network(), net.prefix_len())
+        .with_context(|| format!("route {net}"))?
+        .output_interface(index)
+        .build())
 }

@@ -91,20 +91,35 @@ impl<T> AppPacing<T> {
             pacer: Pacer::default(),
             owners: Vec::new(),
         };
-        for i in 0..sites {
-            let site = SiteIdx(i as u32);
-            let default = pacing.pacer.add(pacing.spec(None));
-            pacing.own(default, site, AppIdx::DEFAULT);
-            pacing.sites.push(SiteApps {
-                table: PacingTable::default(),
-                classifier: Classifier::default(),
-                cache: FlowTable::new(flow_idle_timeout, max_flows),
-                flows: vec![0],
-                slots: vec![default],
-                counters: vec![AppCounters::default()],
-            });
+        for _ in 0..sites {
+            pacing.add_site();
         }
         pacing
+    }
+
+    /// Paces traffic that no application matches at `default_rate_kbps` (0 or `None`:
+    /// unpaced) from `now` on, at every site; queued packets stay queued.
+    pub fn set_default_rate(&mut self, default_rate_kbps: Option<u64>, now: Instant) {
+        self.default_rate_bps = default_rate_kbps.unwrap_or(0) * 1000;
+        let spec = self.spec(None);
+        for site in &self.sites {
+            self.pacer.set(site.slots[0], spec, now);
+        }
+    }
+
+    /// Adds a site (the next `SiteIdx`) with an empty table.
+    pub fn add_site(&mut self) {
+        let site = SiteIdx(self.sites.len() as u32);
+        let default = self.pacer.add(self.spec(None));
+        self.own(default, site, AppIdx::DEFAULT);
+        self.sites.push(SiteApps {
+            table: PacingTable::default(),
+            classifier: Classifier::default(),
+            cache: FlowTable::new(self.flow_idle_timeout, self.max_flows),
+            flows: vec![0],
+            slots: vec![default],
+            counters: vec![AppCounters::default()],
+        });
     }
 
     pub fn direction(&self) -> Direction {

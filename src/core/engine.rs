@@ -133,6 +133,25 @@ pub struct LaneUp<'a> {
     pub rate_kbps: Option<u64>,
 }
 
+/// Why the engine wants a lane closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneClose {
+    /// A newer lane of its site, uplink and colour took its place.
+    Replaced,
+    /// A reload removed its site.
+    SiteRemoved,
+}
+
+impl LaneClose {
+    /// The reason given to the peer in the QUIC close frame.
+    pub fn reason(self) -> &'static [u8] {
+        match self {
+            LaneClose::Replaced => b"replaced",
+            LaneClose::SiteRemoved => b"site removed",
+        }
+    }
+}
+
 /// What a lane carried, counted by the engine (decisions, receptions) or passed on
 /// from the shell's samples (what quinn sent and lost).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -168,6 +187,11 @@ struct Packet {
 
 struct Site {
     id: String,
+    /// The site's LAN prefixes (exit only).
+    prefixes: Vec<IpNet>,
+    /// False once a reload removed the site: its lanes are closed and refused, and
+    /// nothing is routed to it. It keeps its index should it come back.
+    served: bool,
     /// Snapshots of the site's lanes, in the order they came up.
     lanes: Vec<LaneView>,
     scheduler: Box<dyn Scheduler>,
@@ -218,13 +242,16 @@ pub struct DataPath {
     lanes: Vec<Option<Lane>>,
     pacing: AppPacing<Packet>,
     tun_mtu: usize,
+    /// The scheduler settings, for sites added later.
+    algorithm: Algorithm,
+    max_flows: usize,
     flow_idle_timeout: Duration,
     lane_stall: Duration,
     lane_queue_limit: u64,
     dropped: [u64; DropReason::ALL.len()],
     transmits: VecDeque<Transmit>,
     tun_writes: VecDeque<Bytes>,
-    lanes_to_close: VecDeque<LaneId>,
+    lanes_to_close: VecDeque<(LaneId, LaneClose)>,
     /// When a flow table may next forget a flow (`None`: all are empty).
     expiry_at: Option<Instant>,
     /// No later than this, some lane that is up falls silent for `lane_stall`.
@@ -243,28 +270,16 @@ pub struct DataPath {
 
 impl DataPath {
     pub fn new(config: EngineConfig) -> DataPath {
-        let mut site_by_prefix = PrefixMap::default();
         let sites: Vec<Site> = config
             .sites
             .iter()
-            .enumerate()
-            .map(|(i, spec)| {
-                for p in &spec.prefixes {
-                    site_by_prefix.insert(*p, SiteIdx(i as u32));
-                }
-                Site {
-                    id: spec.id.clone(),
-                    lanes: Vec::new(),
-                    scheduler: config
-                        .algorithm
-                        .build(config.flow_idle_timeout, config.max_flows),
-                    tx_seq: 0,
-                    reseq: Resequencer::new(
-                        config.flow_idle_timeout,
-                        config.max_flows,
-                        RESEQ_MIN_DEADLINE,
-                    ),
-                }
+            .map(|spec| {
+                Site::new(
+                    spec,
+                    config.algorithm,
+                    config.flow_idle_timeout,
+                    config.max_flows,
+                )
             })
             .collect();
         let pacing = AppPacing::new(
@@ -274,6 +289,7 @@ impl DataPath {
             config.flow_idle_timeout,
             config.max_flows,
         );
+        let site_by_prefix = prefix_map(&sites);
         DataPath {
             role: config.role,
             sites,
@@ -281,6 +297,8 @@ impl DataPath {
             lanes: Vec::new(),
             pacing,
             tun_mtu: config.tun_mtu,
+            algorithm: config.algorithm,
+            max_flows: config.max_flows,
             flow_idle_timeout: config.flow_idle_timeout,
             lane_stall: config.lane_stall,
             lane_queue_limit: config.lane_queue_limit,
@@ -392,7 +410,7 @@ impl DataPath {
                 old.retired = true;
                 old.state_since = now;
                 let id = LaneId(i as u32);
-                self.lanes_to_close.push_back(id);
+                self.lanes_to_close.push_back((id, LaneClose::Replaced));
                 if let Some(v) = view_mut(&mut self.sites, site, id) {
                     v.up = false;
                 }
@@ -531,9 +549,58 @@ impl DataPath {
         flow_idle_timeout: Duration,
         max_flows: usize,
     ) {
+        (self.algorithm, self.max_flows) = (algorithm, max_flows);
         for site in &mut self.sites {
             site.scheduler = algorithm.build(flow_idle_timeout, max_flows);
         }
+    }
+
+    /// Paces traffic no application matches at `default_rate_kbps` from now on
+    /// (`pacing.default_rate_kbps` changed at a reload).
+    pub fn handle_default_rate(&mut self, default_rate_kbps: Option<u64>, now: Instant) {
+        self.pacing.set_default_rate(default_rate_kbps, now);
+    }
+
+    /// Serves exactly `specs` from now on (an exit's reload): new sites are added,
+    /// the lanes of sites that are gone close and new ones are refused, and packets
+    /// are routed by the prefixes `specs` give. Indexes stay: a site that comes back
+    /// takes its old one.
+    pub fn handle_sites(&mut self, specs: &[SiteSpec], now: Instant) {
+        for site in &mut self.sites {
+            site.served = false;
+        }
+        for spec in specs {
+            match self.sites.iter_mut().find(|s| s.id == spec.id) {
+                Some(site) => {
+                    site.served = true;
+                    site.prefixes.clone_from(&spec.prefixes);
+                }
+                None => {
+                    self.sites.push(Site::new(
+                        spec,
+                        self.algorithm,
+                        self.flow_idle_timeout,
+                        self.max_flows,
+                    ));
+                    self.pacing.add_site();
+                }
+            }
+        }
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            if let Some(l) = lane
+                && !l.retired
+                && !self.sites[l.site.0 as usize].served
+            {
+                l.retired = true;
+                l.state_since = now;
+                let id = LaneId(i as u32);
+                self.lanes_to_close.push_back((id, LaneClose::SiteRemoved));
+                if let Some(v) = view_mut(&mut self.sites, l.site, id) {
+                    v.up = false;
+                }
+            }
+        }
+        self.site_by_prefix = prefix_map(&self.sites);
     }
 
     /// Replaces a site's application table (already validated). Queues of
@@ -624,8 +691,8 @@ impl DataPath {
         self.tun_writes.pop_front()
     }
 
-    /// The next lane whose connection the shell should close (it was replaced).
-    pub fn poll_lane_close(&mut self) -> Option<LaneId> {
+    /// The next lane whose connection the shell should close, and why.
+    pub fn poll_lane_close(&mut self) -> Option<(LaneId, LaneClose)> {
         self.lanes_to_close.pop_front()
     }
 
@@ -654,18 +721,24 @@ impl DataPath {
         self.role
     }
 
-    /// The index of the site with this id.
+    /// The index of the served site with this id.
     pub fn site_index(&self, id: &str) -> Option<SiteIdx> {
         self.sites
             .iter()
-            .position(|s| s.id == id)
+            .position(|s| s.id == id && s.served)
             .map(|i| SiteIdx(i as u32))
+    }
+
+    /// Whether the site is served (a reload may have removed it).
+    pub fn site_served(&self, site: SiteIdx) -> bool {
+        self.sites[site.0 as usize].served
     }
 
     pub fn site_id(&self, site: SiteIdx) -> &str {
         &self.sites[site.0 as usize].id
     }
 
+    /// Every site by index, served or removed by a reload.
     pub fn sites(&self) -> impl Iterator<Item = (SiteIdx, &str)> {
         self.sites
             .iter()
@@ -875,6 +948,36 @@ impl WindowedMin {
 }
 
 /// The scheduler's view of a lane of `site`.
+impl Site {
+    fn new(
+        spec: &SiteSpec,
+        algorithm: Algorithm,
+        flow_idle_timeout: Duration,
+        max_flows: usize,
+    ) -> Site {
+        Site {
+            id: spec.id.clone(),
+            prefixes: spec.prefixes.clone(),
+            served: true,
+            lanes: Vec::new(),
+            scheduler: algorithm.build(flow_idle_timeout, max_flows),
+            tx_seq: 0,
+            reseq: Resequencer::new(flow_idle_timeout, max_flows, RESEQ_MIN_DEADLINE),
+        }
+    }
+}
+
+/// Which served site each destination prefix belongs to.
+fn prefix_map(sites: &[Site]) -> PrefixMap<SiteIdx> {
+    let mut map = PrefixMap::default();
+    for (i, site) in sites.iter().enumerate().filter(|(_, s)| s.served) {
+        for p in &site.prefixes {
+            map.insert(*p, SiteIdx(i as u32));
+        }
+    }
+    map
+}
+
 fn view_mut(sites: &mut [Site], site: SiteIdx, lane: LaneId) -> Option<&mut LaneView> {
     sites[site.0 as usize]
         .lanes
@@ -1024,6 +1127,55 @@ pub(crate) mod tests {
         let mut v6 = udp_v6(100);
         v6[24..40].copy_from_slice(&"fd00::9".parse::<Ipv6Addr>().expect("ip").octets());
         assert_eq!(sent_on(&mut e, &v6, Instant::ZERO), Some(b));
+    }
+
+    #[test]
+    fn a_reload_adds_and_removes_sites_and_a_removed_site_keeps_its_index() {
+        let mut e = exit_engine();
+        let a = up(&mut e, "a", 1400);
+        let b = up(&mut e, "b", 1400);
+        let [a_spec, b_spec] =
+            [0, 1].map(|i| config(Role::Exit, Algorithm::RoundRobin).sites[i].clone());
+        // Site a moves to another prefix and c arrives with a's old one; b is gone.
+        let a_moved = SiteSpec {
+            id: "a".into(),
+            prefixes: vec!["198.18.9.0/24".parse().expect("net")],
+        };
+        let c = SiteSpec {
+            id: "c".into(),
+            prefixes: a_spec.prefixes.clone(),
+        };
+        e.handle_sites(&[a_moved, c], at(1));
+        assert_eq!(
+            e.poll_lane_close(),
+            Some((b, LaneClose::SiteRemoved)),
+            "b's lane closes"
+        );
+        assert_eq!(e.poll_lane_close(), None, "a's lane stays");
+        assert!(e.lane(a).expect("a").view.up);
+        assert_eq!(e.site_index("b"), None);
+        assert_eq!(e.site_index("c"), Some(SiteIdx(2)));
+        let up_b = LaneUp {
+            site: "b",
+            uplink: "up9",
+            colour: Colour::Blue,
+            rank: 0,
+            rate_kbps: None,
+        };
+        assert_eq!(e.handle_lane_up(up_b.clone(), at(1)), None, "b is refused");
+        // a's old prefix now belongs to c, which has no lane yet.
+        assert_eq!(sent_on(&mut e, &to_site_a(), at(1)), None);
+        assert_eq!(e.dropped(DropReason::NoLane), 1);
+        let c_lane = lane_up(&mut e, "c", "up1", 1400, at(1));
+        assert_eq!(sent_on(&mut e, &to_site_a(), at(1)), Some(c_lane));
+        // The pacing and status views have the new site too.
+        assert_eq!(e.pacing().apps(SiteIdx(2)), 1);
+        assert!(!e.site_served(SiteIdx(1)) && e.site_served(SiteIdx(2)));
+        // b comes back with its old index.
+        e.handle_sites(&[a_spec, b_spec], at(2));
+        assert_eq!(e.site_index("b"), Some(SiteIdx(1)));
+        assert!(e.handle_lane_up(up_b, at(2)).is_some());
+        assert_eq!(e.sites().count(), 3);
     }
 
     #[test]
@@ -1209,7 +1361,7 @@ pub(crate) mod tests {
         let other = lane_up(&mut e, "a", "lte", 1400, at(0));
         assert_eq!(e.poll_lane_close(), None, "another uplink replaces nothing");
         let new = lane_up(&mut e, "a", "dsl", 1400, at(10));
-        assert_eq!(e.poll_lane_close(), Some(old));
+        assert_eq!(e.poll_lane_close(), Some((old, LaneClose::Replaced)));
         assert_eq!(e.poll_lane_close(), None);
         // The old connection still reports life until it is closed: it stays out.
         e.handle_lane_sample(old, sample(1400, 99), at(20));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -27,11 +27,14 @@ const STABLE_LANE: Duration = Duration::from_secs(10);
 /// The entry's dialers, one per configured uplink, started and stopped as the
 /// configuration says (at start and at every reload).
 pub struct Dialers {
-    tls: Arc<rustls::ClientConfig>,
+    /// The TLS configuration every dialer's next handshake uses (reloads renew it).
+    tls: watch::Sender<Arc<rustls::ClientConfig>>,
     events: mpsc::Sender<LaneEvent>,
     clock: Clock,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// The exit dialed now (address and certificate name).
+    exit: (String, String),
     /// The uplinks dialed now, each with the token that stops its dialer.
     running: Vec<(UplinkConfig, CancellationToken)>,
 }
@@ -46,22 +49,27 @@ impl Dialers {
         tracker: TaskTracker,
     ) -> Dialers {
         Dialers {
-            tls,
+            tls: watch::Sender::new(tls),
             events,
             clock,
             shutdown,
             tracker,
+            exit: Default::default(),
             running: Vec::new(),
         }
     }
 
     /// Dials exactly `entry`'s uplinks: the dialer of an uplink that is gone or
-    /// changed stops (its lane closes), one starts for each new or changed uplink.
+    /// changed stops (its lane closes), one starts for each new or changed uplink;
+    /// all start anew when the exit changed.
     pub fn apply(&mut self, entry: &EntryConfig) {
+        let exit = (entry.exit_address.clone(), entry.exit_name.clone());
+        let exit_changed = self.exit != exit;
+        self.exit = exit;
         self.running.retain(|(uplink, stop)| {
-            let keep = entry.uplinks.contains(uplink);
+            let keep = !exit_changed && entry.uplinks.contains(uplink);
             if !keep {
-                info!(uplink = %uplink.name, "uplink removed or changed: closing its lane");
+                info!(uplink = %uplink.name, "uplink removed or changed, or a new exit: closing its lane");
                 stop.cancel();
             }
             keep
@@ -71,11 +79,17 @@ impl Dialers {
                 continue;
             }
             let stop = self.shutdown.child_token();
-            let dialer = Dialer::new(entry, rank as u32, Colour::Blue, self.tls.clone());
+            let dialer = Dialer::new(entry, rank as u32, Colour::Blue, self.tls.subscribe());
             self.tracker
                 .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
             self.running.push((uplink.clone(), stop));
         }
+    }
+
+    /// Every lane's next handshake uses `tls` (new certificate files); lanes up now
+    /// stay up.
+    pub fn set_tls(&self, tls: Arc<rustls::ClientConfig>) {
+        self.tls.send_replace(tls);
     }
 }
 
@@ -88,7 +102,8 @@ pub struct Dialer {
     /// The uplink's position in the configuration.
     pub rank: u32,
     pub colour: Colour,
-    pub tls: Arc<rustls::ClientConfig>,
+    /// The TLS configuration of the next handshake.
+    pub tls: watch::Receiver<Arc<rustls::ClientConfig>>,
 }
 
 impl Dialer {
@@ -97,7 +112,7 @@ impl Dialer {
         entry: &EntryConfig,
         rank: u32,
         colour: Colour,
-        tls: Arc<rustls::ClientConfig>,
+        tls: watch::Receiver<Arc<rustls::ClientConfig>>,
     ) -> Dialer {
         let uplink = &entry.uplinks[rank as usize];
         Dialer {
@@ -201,12 +216,14 @@ impl Dialer {
             }),
             0,
         );
+        // Taken out of the watch before the handshake, which must not hold it.
+        let tls = self.tls.borrow().clone();
         open_lane(
             bind,
             Some(&self.uplink.interface),
             peer,
             &self.exit_name,
-            self.tls.clone(),
+            tls,
             &hello,
         )
         .await

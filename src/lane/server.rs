@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -18,40 +18,60 @@ use crate::cert::{TlsMaterial, certificate_name};
 use crate::core::stats::DropReason;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
 
-/// The exit's QUIC endpoint and the server configurations it accepts lanes with.
-pub struct Listener {
-    endpoint: quinn::Endpoint,
+/// Whom the exit admits and with what: the sites it serves and the QUIC server
+/// configurations built from its TLS material. A reload replaces it whole; lanes
+/// already up are not affected by a new one.
+pub struct Admission {
+    sites: HashSet<String>,
     /// Per peer family: the path MTU differs (1472 vs 1452 bytes of UDP payload), and
     /// an exit on `[::]` serves both.
     config_v4: Arc<quinn::ServerConfig>,
     config_v6: Arc<quinn::ServerConfig>,
 }
 
+impl Admission {
+    /// Admits `sites` with certificates of `material`'s CA, presenting its certificate.
+    pub fn new(sites: HashSet<String>, material: &TlsMaterial) -> anyhow::Result<Admission> {
+        let crypto = Arc::new(
+            quinn::crypto::rustls::QuicServerConfig::try_from(tls_config(material)?)
+                .context("TLS configuration unusable for QUIC")?,
+        );
+        let config = |v6_path: bool| {
+            let mut config = quinn::ServerConfig::with_crypto(crypto.clone());
+            config.transport_config(Arc::new(transport_config(v6_path)));
+            Arc::new(config)
+        };
+        Ok(Admission {
+            sites,
+            config_v4: config(false),
+            config_v6: config(true),
+        })
+    }
+}
+
+/// The exit's QUIC endpoint and its admission, which reloads may replace.
+pub struct Listener {
+    endpoint: quinn::Endpoint,
+    admission: watch::Receiver<Arc<Admission>>,
+}
+
 /// Binds the exit's UDP port.
-pub fn bind(listen: SocketAddr, material: &TlsMaterial) -> anyhow::Result<Listener> {
-    let crypto = Arc::new(
-        quinn::crypto::rustls::QuicServerConfig::try_from(tls_config(material)?)
-            .context("TLS configuration unusable for QUIC")?,
-    );
-    let config = |v6_path: bool| {
-        let mut config = quinn::ServerConfig::with_crypto(crypto.clone());
-        config.transport_config(Arc::new(transport_config(v6_path)));
-        Arc::new(config)
+pub fn bind(
+    listen: SocketAddr,
+    admission: watch::Receiver<Arc<Admission>>,
+) -> anyhow::Result<Listener> {
+    let default = {
+        let current = admission.borrow();
+        if listen.is_ipv6() {
+            quinn::ServerConfig::clone(&current.config_v6)
+        } else {
+            quinn::ServerConfig::clone(&current.config_v4)
+        }
     };
-    let (config_v4, config_v6) = (config(false), config(true));
-    let default = if listen.is_ipv6() {
-        &config_v6
-    } else {
-        &config_v4
-    };
-    let endpoint = endpoint(
-        udp_socket(listen, None)?,
-        Some(quinn::ServerConfig::clone(default)),
-    )?;
+    let endpoint = endpoint(udp_socket(listen, None)?, Some(default))?;
     Ok(Listener {
         endpoint,
-        config_v4,
-        config_v6,
+        admission,
     })
 }
 
@@ -61,12 +81,7 @@ pub fn bind(listen: SocketAddr, material: &TlsMaterial) -> anyhow::Result<Listen
 pub const MAX_HANDSHAKES: usize = 256;
 
 /// Accepts lanes until `shutdown`; handshakes still running then are ended.
-pub async fn run(
-    listener: Listener,
-    sites: Arc<HashSet<String>>,
-    events: mpsc::Sender<LaneEvent>,
-    shutdown: CancellationToken,
-) {
+pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: CancellationToken) {
     let endpoint = &listener.endpoint;
     let mut handshakes = tokio::task::JoinSet::new();
     loop {
@@ -87,19 +102,20 @@ pub async fn run(
             });
             continue;
         }
-        let (sites, events) = (sites.clone(), events.clone());
+        let admission = listener.admission.borrow().clone();
+        let events = events.clone();
         let v4_peer = match peer.ip() {
             IpAddr::V4(_) => true,
             IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
         };
         let config = if v4_peer {
-            &listener.config_v4
+            &admission.config_v4
         } else {
-            &listener.config_v6
+            &admission.config_v6
         };
         let connecting = incoming.accept_with(config.clone());
         handshakes.spawn(async move {
-            let event = match admit(connecting, &sites).await {
+            let event = match admit(connecting, &admission.sites).await {
                 Ok(lane) => LaneEvent::Up(lane),
                 Err((reason, e)) => {
                     debug!(%peer, error = format!("{e:#}"), "lane refused");
