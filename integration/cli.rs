@@ -197,6 +197,12 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
             vec![("BRAID__SCHEDULER__ALGORITHM", "fastest")],
             "error: scheduler.algorithm: \"fastest\" is not one of",
         ),
+        (
+            "exit",
+            format!("{EXIT}[log]\nfilter = \"braid=loud\"\n"),
+            vec![],
+            "error: log.filter: \"braid=loud\" is not a log filter",
+        ),
     ];
     for (role, text, env, expected) in cases {
         let out = check(&dir, &format!("{role}.toml"), &text, &env);

@@ -1115,6 +1115,24 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
         tb.logs()
     );
     assert!(tb.ping_once());
+
+    // The log filter: at "warn" a reload's closing info line is no longer written;
+    // back at the default it is again.
+    let done = || tb.log("site1.log").matches("reload: done").count();
+    std::fs::write(&config, format!("{original}[log]\nfilter = \"warn\"\n")).expect("write");
+    let before = done();
+    hup();
+    std::thread::sleep(Duration::from_secs(1));
+    hup();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(done(), before, "{}", tb.log("site1.log"));
+    std::fs::write(&config, &original).expect("restore");
+    hup();
+    assert!(
+        eventually(Duration::from_secs(5), || done() > before),
+        "{}",
+        tb.log("site1.log")
+    );
 }
 
 #[test]

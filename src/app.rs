@@ -327,6 +327,10 @@ impl Reloader {
         {
             warn!(error = format!("{e:#}"), "reload: routes");
         }
+        if let Some(filter) = &plan.log_filter {
+            crate::logging::set_filter(filter);
+            info!(filter, "reload: log filter applied");
+        }
         if let (Some(sender), Some(admission)) = (&self.admission, admission) {
             sender.send_replace(Arc::new(admission));
         }

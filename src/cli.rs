@@ -99,7 +99,7 @@ const EXIT_FAILURE: u8 = 1;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    crate::logging::init();
     let result = match cli.command {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
@@ -132,18 +132,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
 fn run(path: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&path)?;
+    crate::logging::configure(&config.log.filter);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

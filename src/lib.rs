@@ -17,6 +17,7 @@ mod core_purity;
 pub mod demo;
 pub mod driver;
 pub mod lane;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod pacing_control;

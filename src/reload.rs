@@ -29,6 +29,8 @@ pub struct ReloadPlan {
     pub default_rate_kbps: Option<u64>,
     /// `pacing.state_file`, when it changed: tables are written there at once.
     pub state_file: Option<Option<PathBuf>>,
+    /// `log.filter`, when it changed.
+    pub log_filter: Option<String>,
     /// Keys that cannot change while the gateway runs; their running values stay.
     pub fixed: Vec<&'static str>,
     /// Keys that changed and take effect at the next restart in this build.
@@ -92,6 +94,9 @@ impl ReloadPlan {
         if new.pacing.state_file != running.pacing.state_file {
             plan.state_file = Some(new.pacing.state_file.clone());
         }
+        if new.log != running.log {
+            plan.log_filter = Some(new.log.filter.clone());
+        }
         plan
     }
 
@@ -102,6 +107,7 @@ impl ReloadPlan {
         after.scheduler = new.scheduler.clone();
         after.pacing = new.pacing.clone();
         after.tls = new.tls.clone();
+        after.log = new.log.clone();
         if !self.fixed.contains(&"role") {
             after.tun.routes.clone_from(&new.tun.routes);
         }

@@ -36,6 +36,7 @@ pub struct Config {
     pub pacing: PacingConfig,
     pub abe: AbeConfig,
     pub admin: AdminConfig,
+    pub log: LogConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +109,15 @@ pub struct AbeConfig {
     pub buffer_bytes: u64,
     pub control_interval: Duration,
 }
+
+/// `[log]`: what the daemon logs, as a tracing filter (`info`, `braid=debug`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    pub filter: String,
+}
+
+/// The log filter when `log.filter` is not set.
+pub const DEFAULT_LOG_FILTER: &str = "info";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdminConfig {
@@ -221,7 +231,18 @@ fn validate(raw: RawConfig, base: &Path) -> Result<Config, FieldError> {
                 .map(|p| existing_file("admin.token_file", base, p))
                 .transpose()?,
         },
+        log: LogConfig {
+            filter: validate_log_filter(raw.log.filter.as_deref())?,
+        },
     })
+}
+
+fn validate_log_filter(filter: Option<&str>) -> Result<String, FieldError> {
+    let filter = filter.unwrap_or(DEFAULT_LOG_FILTER);
+    tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .or_else(|e| err("log.filter", format!("{filter:?} is not a log filter: {e}")))?;
+    Ok(filter.to_string())
 }
 
 fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {

@@ -24,6 +24,8 @@ pub struct RawConfig {
     pub abe: RawAbe,
     #[serde(default)]
     pub admin: RawAdmin,
+    #[serde(default)]
+    pub log: RawLog,
 }
 
 /// A value that may be written as one string or a list of strings.
@@ -116,4 +118,10 @@ pub struct RawAbe {
 pub struct RawAdmin {
     pub listen: Option<String>,
     pub token_file: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub filter: Option<String>,
 }
