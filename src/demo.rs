@@ -146,8 +146,7 @@ impl Demo {
     fn up(scheduler: &str) -> anyhow::Result<Demo> {
         let dir = TempDir(std::env::temp_dir().join(format!("braid-demo-{}", std::process::id())));
         std::fs::create_dir_all(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
-        let script = dir.0.join("testbed.sh");
-        std::fs::write(&script, testbed::SCRIPT).context("writing the testbed script")?;
+        let script = testbed::write_scripts(&dir.0)?;
         let braid = std::env::current_exe().context("locating the braid binary")?;
         let rates = RATES.map(|r| r.to_string()).join(" ");
         let env = [

@@ -326,6 +326,10 @@ impl HoldHistogram {
             sites: Mutex::new(Vec::new()),
         })
     }
+
+    fn sites(&self) -> std::sync::MutexGuard<'_, Vec<(String, ReseqCounters)>> {
+        self.sites.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A collector registered once and updated through its `Arc`.
@@ -342,7 +346,7 @@ impl Collector for SharedCollector {
         family.set_name(h.desc.fq_name.clone());
         family.set_help(h.desc.help.clone());
         family.set_field_type(proto::MetricType::HISTOGRAM);
-        let sites = h.sites.lock().unwrap_or_else(|e| e.into_inner());
+        let sites = h.sites();
         for (site, counters) in sites.iter() {
             let mut cumulative = 0;
             let buckets = HOLD_BUCKETS
@@ -408,12 +412,7 @@ impl Export {
 
     /// Takes the engine's sites beyond those exported so far (a reload added them).
     fn add_sites(&mut self, engine: &DataPath) {
-        let mut holds = self
-            .metrics
-            .reseq_hold
-            .sites
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut holds = self.metrics.reseq_hold.sites();
         for (_, id) in engine.sites().skip(self.reordered.len()) {
             self.reordered.push((self.metrics.reordered(id), 0));
             self.reseq
@@ -474,12 +473,7 @@ impl Export {
             counter.inc_by(total.saturating_sub(*exported));
             *exported = total;
         }
-        let mut holds = self
-            .metrics
-            .reseq_hold
-            .sites
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut holds = self.metrics.reseq_hold.sites();
         for (i, (counters, exported)) in self.reseq.iter_mut().enumerate() {
             let now = engine.reseq_counters(SiteIdx(i as u32));
             for (counter, (_, count)) in counters.iter().zip(RESEQ_OUTCOMES) {

@@ -13,8 +13,22 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-/// The testbed script, built into the binary so that the demo runs from anywhere.
-pub const SCRIPT: &str = include_str!("../integration/testbed.sh");
+/// The testbed scripts, built into the binary so that the demo runs from anywhere:
+/// `testbed.sh` and the `uplink.sh` it runs beside it.
+const SCRIPTS: [(&str, &str); 2] = [
+    ("testbed.sh", include_str!("../integration/testbed.sh")),
+    ("uplink.sh", include_str!("../integration/uplink.sh")),
+];
+
+/// Writes the built-in testbed scripts into `dir` and returns the path of
+/// `testbed.sh`.
+pub fn write_scripts(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    for (name, text) in SCRIPTS {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(dir.join(SCRIPTS[0].0))
+}
 /// Where a gateway's admin API listens inside its namespace.
 pub const ADMIN: &str = "127.0.0.1:9190";
 
