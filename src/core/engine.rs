@@ -852,6 +852,7 @@ impl DataPath {
         // Until the next sample, the packet counts towards the lane's fill, so that a
         // batch of packets does not all pick the same lane.
         view.fill += info.len as u64;
+        view.last_sent = now;
         lane.handed_bytes += len;
         lane.counters.decisions[pick.kind as usize] += 1;
         let header = DatagramHeader {

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::core::time::Instant;
+
 /// Index of a lane inside one gateway; reused after the lane is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LaneId(pub u32);
@@ -52,6 +54,9 @@ pub struct LaneView {
     pub cwnd: u64,
     /// Bytes queued for this lane inside braid and not yet sent by QUIC.
     pub fill: u64,
+    /// When the lane was last given a packet: a lane idle for longer than its SRTT
+    /// has no queue left at its bottleneck, whatever its last SRTT says.
+    pub last_sent: Instant,
     /// Largest inner packet the lane can carry right now.
     pub max_datagram: usize,
     /// The uplink's configured rate in this direction, when known (kbit/s).
@@ -102,6 +107,7 @@ impl LaneView {
             min_srtt: Duration::from_millis(100),
             cwnd: 12_000,
             fill: 0,
+            last_sent: Instant::ZERO,
             max_datagram: 1200,
             rate_kbps: None,
             rank: 0,

@@ -37,7 +37,14 @@
 //! and keeps arrival order close to send order. Its packets carry the gap to the flow's
 //! previous packet, and the receiving gateway puts them back in order (`reseq.rs`).
 //! The flow stops being striped once it pauses for longer than the slowest lane takes
-//! to deliver, so short and light flows never stripe. Where no lane has room (every
+//! to deliver, so short and light flows never stripe. A bulk flow (more than
+//! [`BULK_BYTES`] without a pause) that has its lane to itself stripes before the
+//! lane fills, as soon as another lane has room: the inner TCP's slow start then
+//! meets the capacity of all lanes, not the first lane's queue (Linux CUBIC's
+//! HyStart leaves slow start on the first long ACK train, and the window it then
+//! grows by CUBIC's curve took 5 to 10 s to fill three uplinks).
+//! A lane idle for longer than its SRTT counts by its lowest SRTT: its queue has
+//! drained, and an idle connection's SRTT is not renewed. Where no lane has room (every
 //! lane full, e.g. several bulk flows and cross traffic), striping would only move
 //! queues around: the flowlet rules decide as in `afmt-flowlet`, which moves a
 //! backed-up flow to a lane with fewer busy flows even if its queued packets then
@@ -66,6 +73,11 @@ const QUEUE_MARGIN: Duration = Duration::from_millis(2);
 /// should not keep bulk flows off its lane.
 const BUSY_WINDOW: Duration = Duration::from_millis(500);
 
+/// A flow that sent this much without pausing is bulk: striped while another lane
+/// has room, before its lane fills, so that the inner transport's slow start sees
+/// the capacity of every lane with room rather than ending at one lane's.
+const BULK_BYTES: u64 = 128 * 1024;
+
 /// What AFMT remembers of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FlowState {
@@ -78,6 +90,8 @@ struct FlowState {
     /// Its packets may overtake each other (striped, or moved to another lane since
     /// its last pause): each names its predecessor, and the receiver keeps the order.
     ordered: bool,
+    /// Bytes it sent since its last pause.
+    burst: u64,
 }
 
 pub struct Afmt {
@@ -119,20 +133,34 @@ fn drain_time(l: &LaneView, len: usize) -> Duration {
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
+/// The lane's round-trip time as a packet handed to it now meets it: its SRTT, or,
+/// once it has been idle for longer than that, its lowest SRTT (whatever queue the
+/// SRTT measured has drained, and an idle connection's SRTT is not renewed).
+fn path_srtt(l: &LaneView, now: Instant) -> Duration {
+    if now.saturating_since(l.last_sent) > l.srtt {
+        l.min_srtt.min(l.srtt)
+    } else {
+        l.srtt
+    }
+}
+
 /// When a packet of `len` bytes handed to the lane now is expected to arrive: half
-/// its SRTT (the one-way delay) after braid's queue for it drains.
-fn arrival(l: &LaneView, len: usize) -> Duration {
-    l.srtt / 2 + drain_time(l, len)
+/// its round-trip time (the one-way delay) after braid's queue for it drains.
+fn arrival(l: &LaneView, len: usize, now: Instant) -> Duration {
+    let srtt = path_srtt(l, now);
+    let bytes = u128::from(l.fill) + len as u128;
+    let drain = bytes * srtt.as_nanos() / u128::from(l.cwnd.max(1));
+    srtt / 2 + Duration::from_nanos(u64::try_from(drain).unwrap_or(u64::MAX))
 }
 
 /// The up lane where a packet of `len` bytes arrives first; ties go to the first.
-fn earliest_arrival(lanes: &[LaneView], len: usize) -> Option<usize> {
+fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usize> {
     let mut best: Option<(usize, Duration)> = None;
     for (i, l) in lanes.iter().enumerate() {
         if !l.up {
             continue;
         }
-        let at = arrival(l, len);
+        let at = arrival(l, len, now);
         if best.is_none_or(|(_, b)| at < b) {
             best = Some((i, at));
         }
@@ -150,14 +178,14 @@ fn backs_up(l: &LaneView) -> bool {
 /// [`QUEUE_MARGIN`] plus a sixteenth of the lane's lowest SRTT. Either queue may be
 /// the one that grows: QUIC's window may cover the bottleneck's queue, so that braid's
 /// stays empty, or braid's may fill first on a lane with a large delay.
-fn full(l: &LaneView) -> bool {
-    let queued = drain_time(l, 0) + l.srtt.saturating_sub(l.min_srtt);
+fn full(l: &LaneView, now: Instant) -> bool {
+    let queued = drain_time(l, 0) + path_srtt(l, now).saturating_sub(l.min_srtt);
     queued > QUEUE_MARGIN + l.min_srtt / 16
 }
 
 /// The lane could carry more: up and not full.
-fn has_room(l: &LaneView) -> bool {
-    l.up && !full(l)
+fn has_room(l: &LaneView, now: Instant) -> bool {
+    l.up && !full(l, now)
 }
 
 /// Busy flows on `lane`.
@@ -202,6 +230,7 @@ impl Scheduler for Afmt {
             Some((i, now.saturating_since(e.last_used)))
         });
         let was_striped = known.is_some_and(|e| e.value.striped);
+        let mut burst = known.map_or(0, |e| e.value.burst) + len as u64;
         let mut ordered = known.is_some_and(|e| e.value.ordered);
         // A lane's load as a multiple of its weighted fill: the busy flows it would
         // carry with this one.
@@ -227,15 +256,30 @@ impl Scheduler for Afmt {
                     // The flow paused for longer than its last packet takes to arrive:
                     // every lane is applicable, and nothing of it is in flight.
                     ordered = false;
+                    burst = len as u64;
                     least_weighted_fill(lanes, len, |_, l| l.up, sharing)?
                 } else if was_striped {
                     striped = true;
-                    earliest_arrival(lanes, len)?
-                } else if !(backs_up(current) || self.stripe && full(current)) {
-                    // The lane keeps up with the flow: no reason to move. (A busier
+                    earliest_arrival(lanes, len, now)?
+                } else if !(backs_up(current) || self.stripe && full(current, now)) {
+                    // The lane keeps up with the flow: no reason to move (a busier
                     // lane's larger cwnd would otherwise lure flows away from lanes
-                    // whose cwnd never grew for want of load.)
-                    last
+                    // whose cwnd never grew for want of load), unless it is bulk, has
+                    // the lane to itself, and another lane has room.
+                    let alone = count(&self.busy_on, current.id) <= 1;
+                    let bulk = self.stripe && alone && burst >= BULK_BYTES;
+                    if bulk
+                        && lanes
+                            .iter()
+                            .enumerate()
+                            .any(|(i, l)| i != last && has_room(l, now))
+                    {
+                        let first = earliest_arrival(lanes, len, now)?;
+                        striped = first != last;
+                        first
+                    } else {
+                        last
+                    }
                 } else {
                     // The lane backs up. Bulk flows never pause, so a lane nobody uses
                     // (the fastest, as it has no queue) would stay empty for good while
@@ -255,14 +299,14 @@ impl Scheduler for Afmt {
                         lanes
                             .iter()
                             .enumerate()
-                            .any(|(i, l)| i != last && has_room(l))
+                            .any(|(i, l)| i != last && has_room(l, now))
                     };
                     match safe_move {
                         Some(lane) => lane,
                         None if self.stripe && room_elsewhere() => {
                             // Another lane has room: the flow spreads, each packet to
                             // where it arrives first.
-                            let first = earliest_arrival(lanes, len)?;
+                            let first = earliest_arrival(lanes, len, now)?;
                             striped = first != last;
                             first
                         }
@@ -292,6 +336,7 @@ impl Scheduler for Afmt {
             None => {
                 let lane = least_weighted_fill(lanes, len, |_, l| l.up, sharing)?;
                 ordered = false;
+                burst = len as u64;
                 Pick {
                     lane,
                     kind: DecisionKind::NewFlow,
@@ -314,6 +359,7 @@ impl Scheduler for Afmt {
             seq,
             striped,
             ordered,
+            burst,
         };
         self.undo = Some((flow, known.map(|e| e.value)));
         self.flows.record(flow, state, now);
@@ -539,6 +585,82 @@ mod tests {
                 gap: 0
             }
         );
+    }
+
+    /// Two lanes of 10 ms, empty, and just used.
+    fn two_equal_lanes(now: Instant) -> [LaneView; 2] {
+        [0, 1].map(|i| LaneView {
+            min_srtt: Duration::from_millis(10),
+            last_sent: now,
+            ..lane(i, 10, 100_000, 0)
+        })
+    }
+
+    #[test]
+    fn a_bulk_flow_alone_on_its_lane_stripes_before_the_lane_fills_and_a_short_one_does_not() {
+        let mut s = striping();
+        let lanes = two_equal_lanes(at(0));
+        let first = s
+            .pick(FlowKey(7), 1400, 0, &lanes, at(0))
+            .expect("pick")
+            .lane;
+        // Neither lane is full, so only the flow's size can make it stripe: the first
+        // 128 KiB of a burst stay on their lane.
+        let packets = (BULK_BYTES / 1400) as u32;
+        for seq in 1..packets {
+            let p = s.pick(FlowKey(7), 1400, seq, &lanes, at(1)).expect("pick");
+            assert_eq!(
+                (p.lane, p.kind),
+                (first, DecisionKind::SameLane),
+                "packet {seq}"
+            );
+        }
+        // Past that, its packets go where they arrive first: the other lane, as its
+        // own has one packet's worth more queued.
+        let mut busier = lanes;
+        busier[first].fill = 1400;
+        let p = s
+            .pick(FlowKey(7), 1400, packets, &busier, at(1))
+            .expect("pick");
+        assert_eq!((p.lane, p.kind), (1 - first, DecisionKind::Stripe));
+
+        // Sharing its lane with another busy flow, a bulk flow is left to the flowlet
+        // rules until its lane fills.
+        let mut s = striping();
+        let mut lanes = two_equal_lanes(at(0));
+        lanes[1 - first].up = false;
+        s.pick(FlowKey(8), 1400, 0, &lanes, at(0)).expect("pick");
+        for seq in 0..=packets {
+            let p = s.pick(FlowKey(7), 1400, seq, &lanes, at(1)).expect("pick");
+            assert_eq!(p.lane, first);
+        }
+        lanes[1 - first].up = true;
+        lanes[first].fill = 1400;
+        let p = s
+            .pick(FlowKey(7), 1400, packets + 1, &lanes, at(1))
+            .expect("pick");
+        assert_eq!((p.lane, p.kind), (first, DecisionKind::SameLane));
+    }
+
+    #[test]
+    fn an_idle_lane_counts_by_its_lowest_srtt_not_its_last() {
+        // Lane 0's SRTT still shows the queue it had when last used.
+        let mut l = LaneView {
+            min_srtt: Duration::from_millis(10),
+            last_sent: at(0),
+            ..lane(0, 40, 100_000, 0)
+        };
+        assert!(
+            full(&l, at(5)) && !has_room(&l, at(5)),
+            "in use, its queue is real"
+        );
+        assert!(
+            has_room(&l, at(41)),
+            "idle for longer than its SRTT: the queue is gone"
+        );
+        assert_eq!(arrival(&l, 0, at(41)), Duration::from_millis(5));
+        l.last_sent = at(40);
+        assert_eq!(arrival(&l, 0, at(41)), Duration::from_millis(20));
     }
 
     #[test]
