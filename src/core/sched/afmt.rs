@@ -252,6 +252,12 @@ impl Scheduler for Afmt {
                 };
                 let bar = delay_last + SWITCH_MARGIN + delay_last / 8;
                 let busy_here = count(&self.busy_on, current.id);
+                let room_elsewhere = || {
+                    lanes
+                        .iter()
+                        .enumerate()
+                        .any(|(i, l)| i != last && has_room(l, now))
+                };
                 let lane = if delta > bar {
                     // The flow paused for longer than its last packet takes to arrive:
                     // every lane is applicable, and nothing of it is in flight.
@@ -266,14 +272,9 @@ impl Scheduler for Afmt {
                     // lane's larger cwnd would otherwise lure flows away from lanes
                     // whose cwnd never grew for want of load), unless it is bulk, has
                     // the lane to itself, and another lane has room.
-                    let alone = count(&self.busy_on, current.id) <= 1;
+                    let alone = busy_here <= 1;
                     let bulk = self.stripe && alone && burst >= BULK_BYTES;
-                    if bulk
-                        && lanes
-                            .iter()
-                            .enumerate()
-                            .any(|(i, l)| i != last && has_room(l, now))
-                    {
+                    if bulk && room_elsewhere() {
                         let first = earliest_arrival(lanes, len, now)?;
                         striped = first != last;
                         first
@@ -295,12 +296,6 @@ impl Scheduler for Afmt {
                         sharing,
                     )
                     .filter(|&i| i != last);
-                    let room_elsewhere = || {
-                        lanes
-                            .iter()
-                            .enumerate()
-                            .any(|(i, l)| i != last && has_room(l, now))
-                    };
                     match safe_move {
                         Some(lane) => lane,
                         None if self.stripe && room_elsewhere() => {
