@@ -15,7 +15,12 @@ invocation, so their figures are comparable. Variants:
   mix     uplinks 16, 32, 50 Mbit/s; downloads wanting 20, 1 and 1 Mbit/s and one bulk
 
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
-              [--algorithms afmt,round-robin,...] [--seconds 20] [--out bench-out]
+              [--algorithms afmt,round-robin,...] [--seconds 20] [--rounds 1] [--out bench-out]
+
+An algorithm written ALGORITHM@BINARY runs that braid binary instead of --braid's,
+so that two builds are measured side by side (e.g. afmt@old/braid,afmt@new/braid).
+With --rounds N every algorithm runs N times, the algorithms taking turns, and the
+table shows the run with the median goodput and the goodput of every round.
 
 Per variant it prints a table and writes DIR/VARIANT.json and DIR/VARIANT.svg (goodput
 per second, like the paper's Figure 4). "Capacity left to the tunnel" is the sum of the
@@ -83,7 +88,10 @@ def plain_route(name, i):
     sh(*inns(name, "ex", "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{100 + sub}.1"))
 
 
-def run_one(variant, algorithm, seconds, braid, linkemu):
+def run_one(variant, label, seconds, braid, linkemu):
+    """One run of `label` (an algorithm, or ALGORITHM@BINARY) on `variant`."""
+    algorithm, _, binary = label.partition("@")
+    braid = os.path.abspath(binary) if binary else braid
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
     flows = VARIANTS[variant].get("flows", 3)
     with_background = VARIANTS[variant].get("background", True)
@@ -142,7 +150,7 @@ def run_one(variant, algorithm, seconds, braid, linkemu):
         received = sum(r["end"]["sum_received"]["bytes"] for r in runs)
         retransmits = sum(r["end"]["sum_sent"].get("retransmits", 0) for r in runs)
         bg_bytes = results.get("background", {}).get("end", {}).get("sum_received", {}).get("bytes", 0)
-        row = {"algorithm": algorithm, "bytes": received, "per_second": per_second,
+        row = {"algorithm": label, "bytes": received, "per_second": per_second,
                "retransmits": retransmits, "background_bytes": bg_bytes, "uplinks_per_second": uplinks}
         if demands:
             row["flows"] = [{"demand_mbps": d, "mbps": r["end"]["sum_received"]["bits_per_second"] / 1e6}
@@ -217,7 +225,7 @@ def svg(variant, rows, seconds, path):
 def report(variant, rows, seconds):
     rates = VARIANTS[variant]["rates"]
     capacity = sum(rates) * 1e6 / 8 * seconds
-    bg = max((r["background_bytes"] for r in rows if r["algorithm"] == "afmt"), default=0)
+    bg = max((r["background_bytes"] for r in rows if r["algorithm"].partition("@")[0] == "afmt"), default=0)
     left = capacity - bg
     print(f"\n== {variant}: uplinks {rates} Mbit/s, delays {VARIANTS[variant]['delays']} ms, {seconds} s")
     print(f"capacity {capacity / MIB:.1f} MiB; background flow (AFMT run) {bg / MIB:.1f} MiB; "
@@ -231,6 +239,9 @@ def report(variant, rows, seconds):
         shares = "/".join(f"{p:.0f}" for p in r.get("uplink_share_pct", [])) or "-"
         print(f"{r['algorithm']:22} {r['bytes'] / MIB:7.1f} {r['bytes'] * 8 / seconds / 1e6:7.1f} {share:7.1f}% "
               f"{r['retransmits']:8d} {reord:>10} {shares:>16}  {series}")
+        if len(r.get("rounds", [])) > 1:
+            print(f"{'':22} every round, % of left: "
+                  + " ".join(f"{100.0 * b / left:.1f}" if left else "-" for b in r["rounds"]))
     for r in rows:
         if "flows" in r:
             demanded = ", ".join(f"{f['mbps']:.1f} of {f['demand_mbps'] or 'all'}" for f in r["flows"])
@@ -251,16 +262,24 @@ def main():
     p.add_argument("--variants", default="3up,2up,delay")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS + ["no-tunnel"]))
     p.add_argument("--seconds", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--out", default="bench-out")
     a = p.parse_args()
     braid = os.path.abspath(a.braid)
     linkemu = os.path.abspath(a.linkemu or os.path.join(os.path.dirname(braid), "braid-linkemu"))
     os.makedirs(a.out, exist_ok=True)
     for variant in a.variants.split(","):
+        labels = a.algorithms.split(",")
+        runs = {label: [] for label in labels}
+        for round_ in range(1, a.rounds + 1):
+            for label in labels:
+                print(f"running {variant} / {label} (round {round_} of {a.rounds}) ...", file=sys.stderr, flush=True)
+                runs[label].append(run_one(variant, label, a.seconds, braid, linkemu))
         rows = []
-        for algorithm in a.algorithms.split(","):
-            print(f"running {variant} / {algorithm} ...", file=sys.stderr, flush=True)
-            rows.append(run_one(variant, algorithm, a.seconds, braid, linkemu))
+        for label in labels:
+            ordered = sorted(runs[label], key=lambda r: r["bytes"])
+            median = dict(ordered[len(ordered) // 2], rounds=[r["bytes"] for r in runs[label]])
+            rows.append(median)
         with open(os.path.join(a.out, f"{variant}.json"), "w") as f:
             json.dump(rows, f, indent=1)
         svg(variant, rows, a.seconds, os.path.join(a.out, f"{variant}.svg"))
