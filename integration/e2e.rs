@@ -1071,12 +1071,10 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
     )
     .expect("write");
     hup();
-    assert!(
-        eventually(Duration::from_secs(5), || tb
-            .log("site1.log")
-            .contains("the configuration is invalid; nothing changed")),
-        "{}",
-        tb.logs()
+    tb.expect_log(
+        "site1.log",
+        "the configuration is invalid; nothing changed",
+        Duration::from_secs(5),
     );
     assert!(
         tb.log("site1.log").contains("scheduler.algorithm"),
@@ -1181,12 +1179,10 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
     assert!(!site2_route(), "the exit still routes site2's prefix");
     assert!(!site2_pings(), "site2 still reaches the server");
     assert_eq!(served(), ["site1"]);
-    assert!(
-        eventually(Duration::from_secs(10), || tb
-            .log("exit.log")
-            .contains("site \\\"site2\\\" is not served by this exit")),
-        "{}",
-        tb.logs()
+    tb.expect_log(
+        "exit.log",
+        "site \\\"site2\\\" is not served by this exit",
+        Duration::from_secs(10),
     );
     assert!(tb.ping_once(), "site1 lost its tunnel");
 
@@ -1236,13 +1232,7 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
         std::fs::copy(rotated.join(file), state.join(file)).expect("rotate");
     }
     hup();
-    assert!(
-        eventually(Duration::from_secs(5), || tb
-            .log("exit.log")
-            .contains("new certificate files")),
-        "{}",
-        tb.logs()
-    );
+    tb.expect_log("exit.log", "new certificate files", Duration::from_secs(5));
     let admitted = probe();
     assert!(admitted.is_ok(), "{admitted:?}");
     // The probe's lane was a lane of site1 until it closed: site1's traffic may have

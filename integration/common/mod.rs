@@ -144,6 +144,16 @@ impl Testbed {
         std::fs::read_to_string(self.state.join(file)).unwrap_or_default()
     }
 
+    /// Waits up to `timeout` for a gateway's log `file` to contain `text`; fails the
+    /// test with every log otherwise.
+    pub fn expect_log(&self, file: &str, text: &str, timeout: Duration) {
+        assert!(
+            eventually(timeout, || self.log(file).contains(text)),
+            "{file} never said {text:?}:\n{}",
+            self.logs()
+        );
+    }
+
     /// The pid `testbed.sh start` recorded for a gateway ("exit", "site1", "site2").
     pub fn gateway_pid(&self, gateway: &str) -> nix::unistd::Pid {
         let text = std::fs::read_to_string(self.path(&format!("{gateway}.pid"))).expect("pid file");
