@@ -262,7 +262,22 @@ impl Reloader {
             info!("reload: new certificate files; every handshake from now on uses them");
             self.material = material;
         }
-        self.running = plan.running_after(&self.running, &new);
+        let mut after = plan.running_after(&self.running, &new);
+        if let Some(path) = &plan.state_file
+            && let Err(e) = self.pacing.move_state_file(path.clone()).await
+        {
+            // Kept as it runs, so that the next reload tries the new file again.
+            after
+                .pacing
+                .state_file
+                .clone_from(&self.running.pacing.state_file);
+            warn!(
+                error = ?e,
+                path = ?path,
+                "reload: pacing.state_file: the tables cannot be written there; the previous file stays in use"
+            );
+        }
+        self.running = after;
         info!("reload: done");
     }
 
@@ -314,11 +329,6 @@ impl Reloader {
         }
         for command in commands {
             self.driver.send(command).await.map_err(|_| ())?;
-        }
-        if let Some(path) = &plan.state_file
-            && let Err(e) = self.pacing.move_state_file(path.clone()).await
-        {
-            warn!(error = ?e, "reload: pacing.state_file: the tables could not be written there");
         }
         let routes_changed = !plan.routes_added.is_empty() || !plan.routes_removed.is_empty();
         if routes_changed

@@ -412,6 +412,9 @@ impl Export {
 
     /// Takes the engine's sites beyond those exported so far (a reload added them).
     fn add_sites(&mut self, engine: &DataPath) {
+        if engine.sites().nth(self.reordered.len()).is_none() {
+            return; // None added: the usual case, every 100 ms.
+        }
         let mut holds = self.metrics.reseq_hold.sites();
         for (_, id) in engine.sites().skip(self.reordered.len()) {
             self.reordered.push((self.metrics.reordered(id), 0));

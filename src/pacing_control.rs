@@ -198,11 +198,13 @@ impl PacingControl {
     }
 
     /// Persists the tables to `path` from now on (a reload changed
-    /// `pacing.state_file`), writing them there at once.
+    /// `pacing.state_file`), once they are written there; if they cannot be, the
+    /// previous file stays in use.
     pub async fn move_state_file(&self, path: Option<PathBuf>) -> Result<(), PutError> {
         let tables = self.tables.lock().await;
+        write_tables(path.clone(), &tables).await?;
         *self.state_file.lock().unwrap_or_else(|e| e.into_inner()) = path;
-        self.persist(&tables).await
+        Ok(())
     }
 
     /// Writes every site's table to the state file, if there is one.
@@ -212,15 +214,7 @@ impl PacingControl {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let Some(path) = state_file else {
-            return Ok(());
-        };
-        let json =
-            serde_json::to_vec_pretty(tables).map_err(|e| PutError::Failed(e.to_string()))?;
-        tokio::task::spawn_blocking(move || write_atomically(&path, &json))
-            .await
-            .map_err(|e| PutError::Failed(e.to_string()))?
-            .map_err(|e| PutError::Failed(format!("{e:#}")))
+        write_tables(state_file, tables).await
     }
 
     /// The last per-application report of a site.
@@ -229,6 +223,18 @@ impl PacingControl {
         let report = self.report.lock().unwrap_or_else(|e| e.into_inner());
         report.get(idx.0 as usize).cloned()
     }
+}
+
+/// Writes every site's table to `path`, if there is one.
+async fn write_tables(path: Option<PathBuf>, tables: &Tables) -> Result<(), PutError> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let json = serde_json::to_vec_pretty(tables).map_err(|e| PutError::Failed(e.to_string()))?;
+    tokio::task::spawn_blocking(move || write_atomically(&path, &json))
+        .await
+        .map_err(|e| PutError::Failed(e.to_string()))?
+        .map_err(|e| PutError::Failed(format!("{e:#}")))
 }
 
 #[cfg(test)]
@@ -272,6 +278,48 @@ mod tests {
             format!("{e:#}").contains("site site1: version: invalid type"),
             "{e:#}"
         );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[tokio::test]
+    async fn a_state_file_that_cannot_be_written_leaves_the_previous_one_in_use() {
+        let dir = temp_dir("move");
+        let old = dir.join("old.json");
+        let (commands, mut driver) = mpsc::channel(1);
+        let mut tables = Tables::new();
+        tables.insert("site1".into(), table(3));
+        let control = PacingControl::new(
+            vec!["site1".into()],
+            tables,
+            Some(old.clone()),
+            commands,
+            Arc::default(),
+        );
+        // Under a regular file no directory can be made.
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("file"), b"").expect("file");
+        let unwritable = dir.join("file").join("new.json");
+        assert!(
+            control
+                .move_state_file(Some(unwritable.clone()))
+                .await
+                .is_err()
+        );
+        tokio::spawn(async move {
+            if let Some(DriverCommand::ApplyPacing { done, .. }) = driver.recv().await {
+                let _ = done.send(());
+            }
+        });
+        control.put("site1", table(4)).await.expect("taken");
+        let kept = load_state(&old, &["site1".to_string()]).expect("the previous file");
+        assert_eq!(kept.get("site1"), Some(&table(4)));
+        let new = dir.join("new.json");
+        control
+            .move_state_file(Some(new.clone()))
+            .await
+            .expect("writable");
+        let moved = load_state(&new, &["site1".to_string()]).expect("the new file");
+        assert_eq!(moved.get("site1"), Some(&table(4)), "written at once");
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
