@@ -382,6 +382,16 @@ impl DataPath {
         // would touch the buffer's reference count, shared with quinn's receive path.
         let mut packet = datagram;
         packet.advance(DATAGRAM_HEADER_LEN);
+        // The sending gateway clamped the SYN to its own path MTU; this one's may be
+        // lower (an exit on `[::]` assumes IPv6 uplinks), and a segment too large for
+        // this gateway's lanes or TUN device would cost the connection a path MTU
+        // discovery round and its first window. SYNs are rare: copying one is cheap.
+        let max_mss = || self.max_mss(site_idx, info.is_ipv6());
+        if info.needs_mss_clamp(&packet, max_mss) {
+            let mut owned = BytesMut::from(&packet[..]);
+            info.clamp_tcp_mss(&mut owned, max_mss);
+            packet = owned.freeze();
+        }
         let site = &mut self.sites[site_idx.0 as usize];
         site.reseq.receive(
             info.flow_key(),
@@ -1210,7 +1220,7 @@ pub(crate) mod tests {
         let mut e = exit_engine();
         let a = up(&mut e, "a", 1400);
         let b = up(&mut e, "b", 1400);
-        let from_a = tcp_syn_v4(1460); // source 198.18.0.2, site a
+        let from_a = tcp_syn_v4(1300); // source 198.18.0.2, site a
         e.handle_lane_datagram(a, datagram(0, &from_a), Instant::ZERO);
         assert_eq!(e.poll_tun_write().as_deref(), Some(&from_a[..]));
         e.handle_lane_datagram(b, datagram(1, &from_a), Instant::ZERO);
@@ -1279,6 +1289,31 @@ pub(crate) mod tests {
         e.handle_lane_closed(big);
         up(&mut e, "a", 1300);
         assert_eq!(mss_sent(&mut e), 1260);
+    }
+
+    #[test]
+    fn a_syn_from_a_lane_is_clamped_to_this_gateways_path_mtu_too() {
+        // The entry clamped to its own, larger MTU; this exit's TUN MTU is 1400.
+        let mut e = exit_engine();
+        let a = up(&mut e, "a", 1500);
+        let mss_written = |e: &mut DataPath, seq, syn: &[u8]| {
+            e.handle_lane_datagram(a, datagram(seq, syn), Instant::ZERO);
+            let pkt = e.poll_tun_write().expect("written");
+            let info = PacketInfo::parse(&pkt).expect("still a valid packet");
+            let tcp = etherparse::TcpHeaderSlice::from_slice(&pkt[20..]).expect("tcp");
+            let sum = tcp
+                .to_header()
+                .calc_checksum_ipv4_raw([198, 18, 0, 2], [198, 19, 0, 2], &[]);
+            assert_eq!(tcp.checksum(), sum.expect("checksum"), "checksum fixed");
+            assert_eq!(info.len, syn.len());
+            u16::from_be_bytes([pkt[42], pkt[43]])
+        };
+        assert_eq!(mss_written(&mut e, 0, &tcp_syn_v4(1460)), 1360);
+        assert_eq!(
+            mss_written(&mut e, 1, &tcp_syn_v4(1200)),
+            1200,
+            "small enough"
+        );
     }
 
     #[test]

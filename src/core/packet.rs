@@ -123,57 +123,67 @@ impl PacketInfo {
         self.flow
     }
 
-    /// Lowers the MSS option of a TCP SYN in `buf` (the packet this info was parsed
-    /// from) to at most `max_mss()`, fixing the TCP checksum incrementally (RFC 1624).
-    /// `max_mss` is asked only for SYNs. Returns true if the packet was changed.
-    pub fn clamp_tcp_mss(&self, buf: &mut [u8], max_mss: impl FnOnce() -> u16) -> bool {
+    /// For a TCP SYN in `buf` (the packet this info was parsed from) with an MSS
+    /// option: where its TCP header starts, where the option's value is, and the
+    /// value; `None` for anything else.
+    fn syn_mss(&self, buf: &[u8]) -> Option<(usize, usize, u16)> {
         const SYN: u8 = 0x02;
         if self.proto != PROTO_TCP {
-            return false;
+            return None;
         }
-        let Some(off) = self.transport_offset else {
-            return false;
-        };
-        let Some(tcp) = buf.get_mut(off..) else {
-            return false;
-        };
+        let off = self.transport_offset?;
+        let tcp = buf.get(off..)?;
         if tcp.len() < 20 || tcp[13] & SYN == 0 {
-            return false;
+            return None;
         }
         let data_offset = usize::from(tcp[12] >> 4) * 4;
         if data_offset < 20 || data_offset > tcp.len() {
-            return false;
+            return None;
         }
-        let max_mss = max_mss();
         let mut i = 20;
         while i < data_offset {
             match tcp[i] {
-                0 => return false, // end of option list
-                1 => i += 1,       // no-op
+                0 => return None, // end of option list
+                1 => i += 1,      // no-op
                 kind => {
-                    let Some(&len) = tcp.get(i + 1) else {
-                        return false;
-                    };
-                    let len = usize::from(len);
+                    let len = usize::from(*tcp.get(i + 1)?);
                     if len < 2 || i + len > data_offset {
-                        return false;
+                        return None;
                     }
                     if kind == 2 && len == 4 {
-                        let old = u16::from_be_bytes([tcp[i + 2], tcp[i + 3]]);
-                        if old <= max_mss {
-                            return false;
-                        }
-                        tcp[i + 2..i + 4].copy_from_slice(&max_mss.to_be_bytes());
-                        let sum = u16::from_be_bytes([tcp[16], tcp[17]]);
-                        let sum = checksum_replace(sum, old, max_mss);
-                        tcp[16..18].copy_from_slice(&sum.to_be_bytes());
-                        return true;
+                        let mss = u16::from_be_bytes([tcp[i + 2], tcp[i + 3]]);
+                        return Some((off, off + i + 2, mss));
                     }
                     i += len;
                 }
             }
         }
-        false
+        None
+    }
+
+    /// True if `buf` is a TCP SYN whose MSS option exceeds `max_mss()`, which is
+    /// asked only for SYNs: [`PacketInfo::clamp_tcp_mss`] would change it.
+    pub fn needs_mss_clamp(&self, buf: &[u8], max_mss: impl FnOnce() -> u16) -> bool {
+        self.syn_mss(buf).is_some_and(|(_, _, mss)| mss > max_mss())
+    }
+
+    /// Lowers the MSS option of a TCP SYN in `buf` (the packet this info was parsed
+    /// from) to at most `max_mss()`, fixing the TCP checksum incrementally (RFC 1624).
+    /// `max_mss` is asked only for SYNs. Returns true if the packet was changed.
+    pub fn clamp_tcp_mss(&self, buf: &mut [u8], max_mss: impl FnOnce() -> u16) -> bool {
+        let Some((tcp, at, old)) = self.syn_mss(buf) else {
+            return false;
+        };
+        let max_mss = max_mss();
+        if old <= max_mss {
+            return false;
+        }
+        buf[at..at + 2].copy_from_slice(&max_mss.to_be_bytes());
+        let sum_at = tcp + 16;
+        let sum = u16::from_be_bytes([buf[sum_at], buf[sum_at + 1]]);
+        let sum = checksum_replace(sum, old, max_mss);
+        buf[sum_at..sum_at + 2].copy_from_slice(&sum.to_be_bytes());
+        true
     }
 }
 
