@@ -167,7 +167,8 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
         );
     }
     check_dashboard(&pages);
-    // `braid status` (renewed every second): every uplink's lane up at both ends.
+    // `braid status` (renewed every second): every uplink's green and blue lanes up
+    // at both ends.
     let lanes_up = |role: &str| -> Vec<String> {
         let json = tb.ok(role, &[braid_bin(), "status", "--json"]);
         let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
@@ -176,12 +177,14 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
             .expect("lanes")
             .iter()
             .filter(|l| l["state"] == "up" && l["srtt_ms"].as_f64().is_some_and(|s| s > 0.0))
-            .map(|l| l["uplink"].as_str().expect("uplink").to_string())
+            .map(|l| format!("{}/{}", l["uplink"].as_str().expect("uplink"), l["colour"]))
             .collect()
     };
+    let every_lane =
+        ["up1", "up2", "up3"].map(|u| ["blue", "green"].map(|c| format!("{u}/\"{c}\"")));
     for role in ["en", "ex"] {
         let all_up = eventually(Duration::from_secs(3), || {
-            lanes_up(role) == ["up1", "up2", "up3"]
+            lanes_up(role) == every_lane.concat()
         });
         assert!(all_up, "{role}: lanes up {:?}", lanes_up(role));
     }
@@ -463,7 +466,7 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
             };
             let open = |tls, site: &'static str| {
                 let h = hello(site);
-                async move { braid::lane::client::open_lane(any, None, exit, "exit", tls, &h).await }
+                async move { braid::lane::client::open_lane(any, None, 0, exit, "exit", tls, &h).await }
             };
             let foreign_ca = open(tls_client(&foreign, &state, "site1"), "site1").await;
             let wrong_site = open(tls_client(&state, &state, "site1"), "site2").await;
@@ -879,7 +882,8 @@ fn systemd_is_told_ready_status_watchdog_and_stopping() {
         heard[..ready].iter().all(|(_, m)| m != "STATUS=1 lanes up"),
         "{heard:?}"
     );
-    assert!(said("STATUS=3 lanes up").is_some(), "{heard:?}");
+    // A green and a blue lane per uplink.
+    assert!(said("STATUS=6 lanes up").is_some(), "{heard:?}");
     // A reload is bracketed by RELOADING=1 (with the monotonic clock) and READY=1.
     let reloading = heard
         .iter()
@@ -1220,7 +1224,7 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
                     down_kbps: None,
                     rank: 0,
                 };
-                braid::lane::client::open_lane(any, None, exit, "exit", tls, &hello)
+                braid::lane::client::open_lane(any, None, 0, exit, "exit", tls, &hello)
                     .await
                     .map(|_| ())
                     .map_err(|e| format!("{e:#}"))
@@ -1242,4 +1246,165 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
         "lanes up before the rotation went down: {}",
         tb.logs()
     );
+}
+
+/// Per lane (the entry's UDP port) and direction (true: towards the exit), the DSCPs,
+/// ECN codepoints and inner-sized packets of the lane datagrams in an Ethernet capture.
+#[derive(Default, Debug)]
+struct LaneMarks {
+    dscp: std::collections::BTreeSet<u8>,
+    ecn: std::collections::BTreeSet<u8>,
+    large: usize,
+}
+
+fn lane_marks(pcap: &[u8]) -> std::collections::BTreeMap<(u16, bool), LaneMarks> {
+    let mut lanes = std::collections::BTreeMap::<(u16, bool), LaneMarks>::new();
+    assert_eq!(pcap[..4], 0xa1b2_c3d4u32.to_le_bytes(), "a pcap file");
+    assert_eq!(pcap[20..24], 1u32.to_le_bytes(), "Ethernet frames");
+    let mut at = 24;
+    while at + 16 <= pcap.len() {
+        let captured = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &pcap[at + 16..at + 16 + captured];
+        at += 16 + captured;
+        let ip = &frame[14..];
+        let (traffic_class, udp) = match u16::from_be_bytes([frame[12], frame[13]]) {
+            0x0800 if ip[9] == 17 => (ip[1], &ip[usize::from(ip[0] & 0xf) * 4..]),
+            0x86dd if ip[6] == 17 => ((ip[0] << 4) | (ip[1] >> 4), &ip[40..]),
+            _ => continue,
+        };
+        let (src, dst) = (
+            u16::from_be_bytes([udp[0], udp[1]]),
+            u16::from_be_bytes([udp[2], udp[3]]),
+        );
+        let upward = dst == 4433;
+        let lane = lanes
+            .entry((if upward { src } else { dst }, upward))
+            .or_default();
+        lane.dscp.insert(traffic_class >> 2);
+        lane.ecn.insert(traffic_class & 3);
+        // Keep-alives and acknowledgements are small; inner packets are not.
+        lane.large += usize::from(u16::from_be_bytes([udp[4], udp[5]]) > 100);
+    }
+    lanes
+}
+
+#[test]
+fn green_and_blue_lanes_carry_their_dscp_both_ways_over_ipv4_and_ipv6_uplinks() {
+    let table = br#"{"version": 1, "apps": [
+        {"name": "voice", "match": {"proto": "udp", "remote_ports": "6000"}, "colour": "green"}]}"#;
+    for (name, exit) in [
+        ("e2edscp4", None),
+        ("e2edscp6", Some("[fd00:19:200::1]:4433")),
+    ] {
+        let mut env = vec![("RATES", "0")];
+        env.extend(exit.map(|e| ("EXIT_ADDRESS", e)));
+        let mut tb = Testbed::up(name, &env);
+        tb.start();
+        let token = std::fs::read_to_string(tb.path("admin.token")).expect("token");
+        for gateway in ["en", "ex"] {
+            let (status, body) = tb.admin_request(
+                gateway,
+                "PUT",
+                "/v1/sites/site1/pacing",
+                Some(token.trim()),
+                table,
+            );
+            assert_eq!(status, 200, "{gateway}: {body}");
+        }
+        let pcap = tb.path("uplink.pcap");
+        let capture = tb.spawn(
+            "r1",
+            &[
+                "timeout",
+                "--preserve-status",
+                "60",
+                "tcpdump",
+                "-n",
+                "--immediate-mode",
+                "-U",
+                "-s",
+                "128",
+                "-i",
+                "a",
+                "-w",
+                pcap.to_str().expect("path"),
+                "udp",
+            ],
+            Ready::Logs("listening on"),
+        );
+        let blob = tb.blob();
+        tb.spawn(
+            "sv",
+            &["python3", &blob, "udp-echo", "6000"],
+            Ready::Says("ready"),
+        );
+        // The green application, then blue traffic, and green by its inner DSCP (EF).
+        let out = tb.ok(
+            "cl",
+            &["python3", &blob, "udp-ping", SERVER_V4, "6000", "60"],
+        );
+        assert!(out.contains("echoed 60 of 60"), "{out}");
+        ping_ok(&tb, "cl", SERVER_V4, 20);
+        let ef = tb.ok(
+            "cl",
+            &["ping", "-c", "20", "-i", "0.05", "-Q", "0xb8", SERVER_V4],
+        );
+        assert!(ef.contains(" 0% packet loss"), "{ef}");
+        // The replies of the last pings are in: stop the capture (`timeout` passes
+        // the signal on and keeps tcpdump's clean exit status).
+        let pid = nix::unistd::Pid::from_raw(tb.child_pid(capture) as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        tb.wait(capture, Duration::from_secs(10));
+
+        let lanes = lane_marks(&std::fs::read(&pcap).expect("capture"));
+        let mut dscps: Vec<u8> = Vec::new();
+        for ((port, upward), marks) in &lanes {
+            let dscp = *marks.dscp.iter().next().expect("a datagram");
+            assert_eq!(
+                marks.dscp.len(),
+                1,
+                "{name}: lane {port} mixes DSCPs: {marks:?}"
+            );
+            assert!(
+                marks.ecn.contains(&0b10) && !marks.ecn.contains(&0b01),
+                "{name}: lane {port}: QUIC's ECT(0) is gone: {marks:?}"
+            );
+            // The other direction of the lane carries the same mark.
+            assert_eq!(
+                lanes.get(&(*port, !upward)).map(|m| m.dscp.clone()),
+                Some(marks.dscp.clone()),
+                "{name}: lane {port}"
+            );
+            if *upward {
+                dscps.push(dscp);
+            }
+            // Green (45) carries the voice application and the EF pings, 80 packets
+            // each way; blue (0) the plain pings and nothing else of ours.
+            let wanted = if dscp == 45 { 80 } else { 20 };
+            assert!(
+                marks.large >= wanted,
+                "{name}: lane {port} (DSCP {dscp}, upward {upward}) carried {} packets: {lanes:?}",
+                marks.large
+            );
+        }
+        dscps.sort();
+        assert_eq!(
+            dscps,
+            [0, 45],
+            "{name}: a blue and a green lane on the uplink"
+        );
+        for gateway in ["en", "ex"] {
+            let green = || tb.metric(gateway, "braid_abe_packets_total{colour=\"green\"}");
+            assert!(
+                eventually(Duration::from_secs(2), || green() >= 80.0),
+                "{gateway}: {} green packets",
+                green()
+            );
+            let borrowed = tb.metric(
+                gateway,
+                "braid_abe_fallback_packets_total{colour=\"green\"}",
+            );
+            assert_eq!(borrowed, 0.0, "{gateway}");
+        }
+    }
 }

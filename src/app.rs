@@ -23,7 +23,7 @@ use crate::core::engine::{
 };
 use crate::core::time::Instant;
 use crate::driver::{Driver, DriverCommand, DriverParts};
-use crate::lane::{self, client::Dialers, server::Admission};
+use crate::lane::{self, client::Dialers, dscp::ColourDscp, server::Admission};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::pacing_control::{self, PacingControl};
@@ -66,11 +66,16 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     let dialer_tasks = TaskTracker::new();
     let mut dialers = None;
     let mut admission = None;
+    let dscp = ColourDscp {
+        green: config.abe.green_dscp,
+        blue: config.abe.blue_dscp,
+    };
     let (role, sites) = match &config.role {
         RoleConfig::Entry(entry) => {
             let tls = lane::client::tls_config(&material)?;
             let mut d = Dialers::new(
                 tls,
+                dscp,
                 events_tx.clone(),
                 clock,
                 shutdown.clone(),
@@ -87,7 +92,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         RoleConfig::Exit(exit) => {
             let (admission_tx, admission_rx) =
                 watch::channel(Arc::new(Admission::new(site_set(&exit.sites), &material)?));
-            let listener = lane::server::bind(exit.listen, admission_rx)
+            let listener = lane::server::bind(exit.listen, admission_rx, dscp)
                 .with_context(|| format!("listening on {}", exit.listen))?;
             info!(listen = %exit.listen, "accepting lanes");
             tasks.spawn(lane::server::run(
@@ -117,6 +122,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         default_rate_kbps: Some(config.pacing.default_rate_kbps),
         lane_stall: LANE_STALL,
         lane_queue_limit: LANE_QUEUE_LIMIT,
+        green_inner_dscp: config.abe.green_inner_dscp.clone(),
     });
     for (site, table) in &tables {
         if let Some(i) = site_ids.iter().position(|s| s == site) {

@@ -24,6 +24,9 @@ const APP_LABELS: [&str; 3] = ["site", "app", "direction"];
 pub struct Metrics {
     registry: Registry,
     dropped: Vec<IntCounter>,
+    /// By `Colour as usize`.
+    abe_packets: Vec<IntCounter>,
+    abe_fallbacks: Vec<IntCounter>,
     uplink_up: IntGaugeVec,
     lane_srtt: GaugeVec,
     lane_cwnd: IntGaugeVec,
@@ -83,6 +86,22 @@ impl Metrics {
             .iter()
             .map(|r| dropped_vec.with_label_values(&[r.as_str()]))
             .collect();
+        let by_colour = |name: &str, help: &str| -> anyhow::Result<Vec<IntCounter>> {
+            let c = IntCounterVec::new(Opts::new(name, help), &["colour"])?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(Colour::ALL
+                .iter()
+                .map(|colour| c.with_label_values(&[colour.as_str()]))
+                .collect())
+        };
+        let abe_packets = by_colour(
+            "abe_packets_total",
+            "Packets sent on lanes, by their colour",
+        )?;
+        let abe_fallbacks = by_colour(
+            "abe_fallback_packets_total",
+            "Packets that took the other colour's lanes because their colour had none up",
+        )?;
         let build = IntGaugeVec::new(
             Opts::new("build_info", "Build of this gateway"),
             &["version"],
@@ -109,6 +128,8 @@ impl Metrics {
         registry.register(Box::new(lane_srtt.clone()))?;
         Ok(Metrics {
             dropped,
+            abe_packets,
+            abe_fallbacks,
             uplink_up: gauge(
                 "uplink_up",
                 "1 while the uplink has a lane up",
@@ -382,6 +403,9 @@ impl Collector for SharedCollector {
 pub struct Export {
     metrics: Arc<Metrics>,
     drops: [u64; DropReason::ALL.len()],
+    /// The colour counts last copied, by `Colour as usize`.
+    colour_packets: [u64; 2],
+    colour_fallbacks: [u64; 2],
     /// Per site: its reordering counter and the count last copied.
     reordered: Vec<(IntCounter, u64)>,
     /// Per site: its resequencer counters and the counts last copied.
@@ -402,6 +426,8 @@ impl Export {
         let mut export = Export {
             metrics,
             drops: [0; DropReason::ALL.len()],
+            colour_packets: [0; 2],
+            colour_fallbacks: [0; 2],
             reordered: Vec::new(),
             reseq: Vec::new(),
             lanes: Vec::new(),
@@ -470,6 +496,14 @@ impl Export {
                 self.metrics.dropped(reason).inc_by(total - *exported);
                 *exported = total;
             }
+        }
+        for colour in Colour::ALL {
+            let i = colour as usize;
+            let (packets, fallbacks) = engine.colour_packets(colour);
+            self.metrics.abe_packets[i].inc_by(packets - self.colour_packets[i]);
+            self.metrics.abe_fallbacks[i].inc_by(fallbacks - self.colour_fallbacks[i]);
+            self.colour_packets[i] = packets;
+            self.colour_fallbacks[i] = fallbacks;
         }
         for (i, (counter, exported)) in self.reordered.iter_mut().enumerate() {
             let total = engine.reordered(SiteIdx(i as u32));

@@ -112,6 +112,9 @@ pub struct EngineConfig {
     pub lane_stall: Duration,
     /// See [`LANE_QUEUE_LIMIT`].
     pub lane_queue_limit: u64,
+    /// Inner DSCPs that make a packet green when its application has no colour
+    /// (`abe.green_inner_dscp`).
+    pub green_inner_dscp: Vec<u8>,
 }
 
 /// A datagram to send on a lane.
@@ -248,6 +251,12 @@ pub struct DataPath {
     flow_idle_timeout: Duration,
     lane_stall: Duration,
     lane_queue_limit: u64,
+    /// Bit `d` set: inner DSCP `d` is green.
+    green_inner_dscp: u64,
+    /// Packets sent per colour (by `Colour as usize`), and those of them that took
+    /// the other colour's lanes for want of their own.
+    colour_packets: [u64; 2],
+    colour_fallbacks: [u64; 2],
     dropped: [u64; DropReason::ALL.len()],
     transmits: VecDeque<Transmit>,
     tun_writes: VecDeque<Bytes>,
@@ -302,6 +311,13 @@ impl DataPath {
             flow_idle_timeout: config.flow_idle_timeout,
             lane_stall: config.lane_stall,
             lane_queue_limit: config.lane_queue_limit,
+            green_inner_dscp: config
+                .green_inner_dscp
+                .iter()
+                .filter(|&&d| d < 64)
+                .fold(0, |mask, &d| mask | 1 << d),
+            colour_packets: [0; 2],
+            colour_fallbacks: [0; 2],
             dropped: [0; DropReason::ALL.len()],
             transmits: VecDeque::new(),
             tun_writes: VecDeque::new(),
@@ -453,11 +469,17 @@ impl DataPath {
                 LaneId(self.lanes.len() as u32 - 1)
             }
         };
-        self.sites[site.0 as usize].lanes.push(LaneView {
-            rank: up.rank,
-            rate_kbps: up.rate_kbps,
-            ..LaneView::new(id, up.colour)
-        });
+        // Lanes stay grouped by colour, each group in the order its lanes came up.
+        let lanes = &mut self.sites[site.0 as usize].lanes;
+        let at = lanes.partition_point(|v| v.colour <= up.colour);
+        lanes.insert(
+            at,
+            LaneView {
+                rank: up.rank,
+                rate_kbps: up.rate_kbps,
+                ..LaneView::new(id, up.colour)
+            },
+        );
         self.sample_due = true;
         self.stall_check_at = earliest(
             self.stall_check_at,
@@ -761,6 +783,15 @@ impl DataPath {
         self.dropped[reason as usize]
     }
 
+    /// Packets of `colour` sent so far, and how many of them took the other
+    /// colour's lanes because `colour` had none up.
+    pub fn colour_packets(&self, colour: Colour) -> (u64, u64) {
+        (
+            self.colour_packets[colour as usize],
+            self.colour_fallbacks[colour as usize],
+        )
+    }
+
     /// Packets of a site written to the TUN device after a later-sent packet of their
     /// flow: the reordering the inner flows see.
     pub fn reordered(&self, site: SiteIdx) -> u64 {
@@ -833,14 +864,26 @@ impl DataPath {
     /// with an ICMP error when it is too big for that lane.
     fn forward(&mut self, site_idx: SiteIdx, app: AppIdx, packet: Packet, now: Instant) {
         let Packet { info, mut datagram } = packet;
+        let colour = self.colour_of(site_idx, app, &info);
         let site = &mut self.sites[site_idx.0 as usize];
         let flow = info.flow_key();
-        let Some(pick) = site
-            .scheduler
-            .pick(flow, info.len, site.tx_seq, &site.lanes, now)
+        // AFMT picks among the live lanes of the packet's colour; while that colour
+        // has none, the other colour's carry it.
+        let mut lanes = lanes_of(&site.lanes, colour);
+        if !site.lanes[lanes.clone()].iter().any(|v| v.up) {
+            let other = lanes_of(&site.lanes, colour.other());
+            if site.lanes[other.clone()].iter().any(|v| v.up) {
+                self.colour_fallbacks[colour as usize] += 1;
+                lanes = other;
+            }
+        }
+        let Some(mut pick) =
+            site.scheduler
+                .pick(flow, info.len, site.tx_seq, &site.lanes[lanes.clone()], now)
         else {
             return self.count_drop(DropReason::NoLane);
         };
+        pick.lane += lanes.start;
         let view = &mut site.lanes[pick.lane];
         if info.len > view.max_datagram {
             site.scheduler.unsent(flow);
@@ -865,6 +908,7 @@ impl DataPath {
         view.last_sent = now;
         lane.handed_bytes += len;
         lane.counters.decisions[pick.kind as usize] += 1;
+        self.colour_packets[colour as usize] += 1;
         let header = DatagramHeader {
             seq: site.tx_seq,
             gap: pick.gap,
@@ -878,6 +922,17 @@ impl DataPath {
             lane: view.id,
             datagram: datagram.freeze(),
         });
+    }
+
+    /// A packet's colour (SPEC §5), first rule that applies: its application's
+    /// colour; its inner DSCP is one of `abe.green_inner_dscp`; blue.
+    fn colour_of(&self, site: SiteIdx, app: AppIdx, info: &PacketInfo) -> Colour {
+        let app_colour = self.pacing.table(site).app(app).and_then(|a| a.colour);
+        app_colour.unwrap_or(if self.green_inner_dscp >> (info.dscp & 63) & 1 == 1 {
+            Colour::Green
+        } else {
+            Colour::Blue
+        })
     }
 
     fn forward_released(&mut self, released: &mut Vec<(SiteIdx, AppIdx, Packet)>, now: Instant) {
@@ -923,6 +978,11 @@ impl DataPath {
         let headers = if ipv6 { 60 } else { 40 };
         u16::try_from(path_mtu.saturating_sub(headers)).unwrap_or(u16::MAX)
     }
+}
+
+/// Where the lanes of `colour` are among a site's lanes, which are grouped by colour.
+fn lanes_of(lanes: &[LaneView], colour: Colour) -> std::ops::Range<usize> {
+    lanes.partition_point(|v| v.colour < colour)..lanes.partition_point(|v| v.colour <= colour)
 }
 
 /// The least a site's resequencer holds a packet: half the spread of its live lanes'
@@ -1036,6 +1096,7 @@ pub(crate) mod tests {
             default_rate_kbps: None,
             lane_stall: LANE_STALL,
             lane_queue_limit: LANE_QUEUE_LIMIT,
+            green_inner_dscp: vec![46],
         }
     }
 
@@ -1057,7 +1118,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// Brings up a lane of `site` over `uplink` at `now`, sampled as live.
+    /// Brings up a blue lane of `site` over `uplink` at `now`, sampled as live.
     fn lane_up(
         e: &mut DataPath,
         site: &str,
@@ -1065,10 +1126,22 @@ pub(crate) mod tests {
         max_datagram: usize,
         now: Instant,
     ) -> LaneId {
+        coloured_lane_up(e, site, uplink, Colour::Blue, max_datagram, now)
+    }
+
+    /// Brings up a lane of `site` over `uplink` in `colour` at `now`, sampled as live.
+    fn coloured_lane_up(
+        e: &mut DataPath,
+        site: &str,
+        uplink: &str,
+        colour: Colour,
+        max_datagram: usize,
+        now: Instant,
+    ) -> LaneId {
         let up = LaneUp {
             site,
             uplink,
-            colour: Colour::Blue,
+            colour,
             rank: 0,
             rate_kbps: None,
         };
@@ -1554,5 +1627,87 @@ pub(crate) mod tests {
         let empty = PacingTable::parse(br#"{"version": 2, "apps": []}"#).expect("valid");
         e.handle_pacing_table(SiteIdx(0), empty, at(3));
         assert_eq!(transmits(&mut e).len(), 2);
+    }
+
+    /// An IPv4 `packet` with its DSCP set to `dscp`.
+    fn with_dscp(mut packet: Vec<u8>, dscp: u8) -> Vec<u8> {
+        let mut header = etherparse::Ipv4Header::from_slice(&packet).expect("v4").0;
+        header.dscp = etherparse::IpDscp::try_new(dscp).expect("a DSCP");
+        header.header_checksum = header.calc_header_checksum();
+        header.write(&mut &mut packet[..20]).expect("write");
+        packet
+    }
+
+    #[test]
+    fn a_packet_takes_a_lane_of_its_applications_colour_else_of_its_inner_dscp() {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let table = PacingTable::parse(
+            br#"{"version": 1, "apps": [
+                {"name": "voice", "match": {"remote_ports": "5060"}, "colour": "green"},
+                {"name": "backup", "match": {"remote_ports": "873"}, "colour": "blue"}]}"#,
+        )
+        .expect("valid");
+        e.handle_pacing_table(SiteIdx(0), table, at(0));
+        let blue = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let green = coloured_lane_up(&mut e, "a", "dsl", Colour::Green, 1400, at(0));
+        let to =
+            |port, dscp| with_dscp(tcp_v4("198.18.0.2", 1000 + port, "203.0.113.1", port), dscp);
+        assert_eq!(
+            sent_on(&mut e, &to(5060, 0), at(1)),
+            Some(green),
+            "green application"
+        );
+        assert_eq!(
+            sent_on(&mut e, &to(873, 46), at(1)),
+            Some(blue),
+            "the application's colour first"
+        );
+        assert_eq!(
+            sent_on(&mut e, &to(80, 46), at(1)),
+            Some(green),
+            "inner DSCP 46 (EF)"
+        );
+        assert_eq!(
+            sent_on(&mut e, &to(81, 10), at(1)),
+            Some(blue),
+            "other DSCPs are blue"
+        );
+        assert_eq!(e.colour_packets(Colour::Green), (2, 0));
+        assert_eq!(e.colour_packets(Colour::Blue), (2, 0));
+        // A second blue lane comes up after the green one: the colours stay apart.
+        let blue2 = lane_up(&mut e, "a", "lte", 1400, at(1));
+        for port in 2000..2010 {
+            let lane = sent_on(&mut e, &to(port, 0), at(2));
+            assert!(lane == Some(blue) || lane == Some(blue2), "{lane:?}");
+            assert_eq!(sent_on(&mut e, &to(port, 46), at(2)), Some(green));
+        }
+    }
+
+    #[test]
+    fn a_colour_without_live_lanes_borrows_the_others_until_one_returns() {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let blue = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let green_pkt = with_dscp(tcp_v4("198.18.0.2", 1, "203.0.113.1", 80), 46);
+        let blue_pkt = tcp_v4("198.18.0.2", 2, "203.0.113.1", 80);
+        assert_eq!(sent_on(&mut e, &green_pkt, at(1)), Some(blue));
+        assert_eq!(
+            e.colour_packets(Colour::Green),
+            (1, 1),
+            "counted as borrowed"
+        );
+        let green = coloured_lane_up(&mut e, "a", "dsl", Colour::Green, 1400, at(2));
+        assert_eq!(
+            sent_on(&mut e, &green_pkt, at(3)),
+            Some(green),
+            "back on its colour"
+        );
+        assert_eq!(e.colour_packets(Colour::Green), (2, 1));
+        // And the other way round: the blue lane goes, blue borrows the green one.
+        e.handle_lane_closed(blue);
+        assert_eq!(sent_on(&mut e, &blue_pkt, at(4)), Some(green));
+        assert_eq!(e.colour_packets(Colour::Blue), (1, 1));
+        e.handle_lane_closed(green);
+        assert_eq!(sent_on(&mut e, &blue_pkt, at(5)), None);
+        assert_eq!(e.dropped(DropReason::NoLane), 1);
     }
 }

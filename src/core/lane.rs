@@ -20,8 +20,19 @@ impl fmt::Display for LaneId {
 }
 
 /// ABE colour of a lane and of the packets it carries.
+/// Ordered green first: a site's lanes are kept grouped by colour in this order.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Colour {
@@ -33,6 +44,16 @@ pub enum Colour {
 }
 
 impl Colour {
+    pub const ALL: [Colour; 2] = [Colour::Green, Colour::Blue];
+
+    /// The other colour, whose lanes carry this one's packets while it has none up.
+    pub fn other(self) -> Colour {
+        match self {
+            Colour::Green => Colour::Blue,
+            Colour::Blue => Colour::Green,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Colour::Green => "green",

@@ -87,8 +87,9 @@ pub struct AppSpec {
     pub burst_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_limit_bytes: Option<u64>,
-    #[serde(default)]
-    pub colour: Colour,
+    /// Absent: the packet's inner DSCP decides (`abe.green_inner_dscp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colour: Option<Colour>,
 }
 
 impl AppSpec {
@@ -345,7 +346,7 @@ mod tests {
             })
         );
         assert_eq!(t.apps[1].rate_bps(Direction::Down), 2_000_000);
-        assert_eq!(t.apps[0].colour, Colour::Green);
+        assert_eq!(t.apps[0].colour, Some(Colour::Green));
         let again = serde_json::to_vec(&t).expect("serialise");
         assert_eq!(PacingTable::parse(&again).expect("valid"), t);
         assert_eq!(t.name(AppIdx(2)), "backup");

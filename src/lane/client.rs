@@ -1,6 +1,6 @@
-//! The entry's side of lanes: per uplink and colour, dial the exit from that uplink's
-//! interface, authenticate, say hello, hand the lane to the driver, and redial with
-//! backoff when it drops.
+//! The entry's side of lanes: per uplink and colour (a green and a blue lane each),
+//! dial the exit from that uplink's interface, authenticate, say hello, hand the lane
+//! to the driver, and redial with backoff when it drops.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
@@ -29,6 +30,8 @@ const STABLE_LANE: Duration = Duration::from_secs(10);
 pub struct Dialers {
     /// The TLS configuration every dialer's next handshake uses (reloads renew it).
     tls: watch::Sender<Arc<rustls::ClientConfig>>,
+    /// The outer DSCP of each colour's lanes.
+    dscp: ColourDscp,
     events: mpsc::Sender<LaneEvent>,
     clock: Clock,
     shutdown: CancellationToken,
@@ -43,6 +46,7 @@ impl Dialers {
     /// Dialers that run on `tracker` until `shutdown`.
     pub fn new(
         tls: Arc<rustls::ClientConfig>,
+        dscp: ColourDscp,
         events: mpsc::Sender<LaneEvent>,
         clock: Clock,
         shutdown: CancellationToken,
@@ -50,6 +54,7 @@ impl Dialers {
     ) -> Dialers {
         Dialers {
             tls: watch::Sender::new(tls),
+            dscp,
             events,
             clock,
             shutdown,
@@ -78,10 +83,14 @@ impl Dialers {
             if self.running.iter().any(|(running, _)| running == uplink) {
                 continue;
             }
+            // A green and a blue lane per uplink (SPEC §1), stopped together.
             let stop = self.shutdown.child_token();
-            let dialer = Dialer::new(entry, rank as u32, Colour::Blue, self.tls.subscribe());
-            self.tracker
-                .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
+            for colour in Colour::ALL {
+                let dscp = self.dscp.of(colour);
+                let dialer = Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
+                self.tracker
+                    .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
+            }
             self.running.push((uplink.clone(), stop));
         }
     }
@@ -102,16 +111,19 @@ pub struct Dialer {
     /// The uplink's position in the configuration.
     pub rank: u32,
     pub colour: Colour,
+    /// The outer DSCP of the lane's datagrams.
+    pub dscp: u8,
     /// The TLS configuration of the next handshake.
     pub tls: watch::Receiver<Arc<rustls::ClientConfig>>,
 }
 
 impl Dialer {
-    /// The dialer of `entry.uplinks[rank]`.
+    /// The dialer of `entry.uplinks[rank]`'s lane of `colour`, marked `dscp`.
     pub fn new(
         entry: &EntryConfig,
         rank: u32,
         colour: Colour,
+        dscp: u8,
         tls: watch::Receiver<Arc<rustls::ClientConfig>>,
     ) -> Dialer {
         let uplink = &entry.uplinks[rank as usize];
@@ -125,6 +137,7 @@ impl Dialer {
             uplink: uplink.clone(),
             rank,
             colour,
+            dscp,
             tls,
         }
     }
@@ -221,6 +234,7 @@ impl Dialer {
         open_lane(
             bind,
             Some(&self.uplink.interface),
+            self.dscp,
             peer,
             &self.exit_name,
             tls,
@@ -241,17 +255,19 @@ impl Dialer {
 }
 
 /// Opens one lane: a QUIC connection from `bind` (on `device`, if given) to the exit
-/// at `peer`, whose certificate must name `exit_name`, and the hello exchange.
+/// at `peer`, whose certificate must name `exit_name`, with `dscp` in the outer header
+/// of its datagrams, and the hello exchange.
 pub async fn open_lane(
     bind: SocketAddr,
     device: Option<&str>,
+    dscp: u8,
     peer: SocketAddr,
     exit_name: &str,
     tls: Arc<rustls::ClientConfig>,
     hello: &Hello,
 ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
     let socket = udp_socket(bind, device)?;
-    let endpoint = endpoint(socket, None)?;
+    let endpoint = endpoint(socket, None, Arc::new(Marking::Fixed(dscp)))?;
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS configuration unusable for QUIC")?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));

@@ -7,6 +7,7 @@
 
 pub mod cc;
 pub mod client;
+pub mod dscp;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
+use dscp::{DscpSocket, Marking};
 
 /// Keep-alives keep SRTT fresh on idle lanes and reveal dead uplinks.
 const KEEP_ALIVE: Duration = Duration::from_millis(100);
@@ -105,15 +107,18 @@ pub fn udp_socket(bind: SocketAddr, device: Option<&str>) -> anyhow::Result<std:
     Ok(socket.into())
 }
 
-/// The endpoint configuration shared by both roles.
+/// The endpoint configuration shared by both roles; its datagrams carry the DSCP
+/// `marking` gives them.
 fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
+    marking: Arc<Marking>,
 ) -> anyhow::Result<quinn::Endpoint> {
-    quinn::Endpoint::new(
+    let socket = DscpSocket::new(socket, marking).context("setting up the UDP socket")?;
+    quinn::Endpoint::new_with_abstract_socket(
         quinn::EndpointConfig::default(),
         server,
-        socket,
+        Arc::new(socket),
         Arc::new(quinn::TokioRuntime),
     )
     .context("creating the QUIC endpoint")

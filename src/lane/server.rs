@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::{TlsMaterial, certificate_name};
 use crate::core::stats::DropReason;
@@ -53,12 +54,16 @@ impl Admission {
 pub struct Listener {
     endpoint: quinn::Endpoint,
     admission: watch::Receiver<Arc<Admission>>,
+    /// The DSCP of each peer's datagrams, set once its hello names its colour.
+    marking: Arc<Marking>,
+    dscp: ColourDscp,
 }
 
-/// Binds the exit's UDP port.
+/// Binds the exit's UDP port; lanes' datagrams carry their colour's DSCP in `dscp`.
 pub fn bind(
     listen: SocketAddr,
     admission: watch::Receiver<Arc<Admission>>,
+    dscp: ColourDscp,
 ) -> anyhow::Result<Listener> {
     let default = {
         let current = admission.borrow();
@@ -68,10 +73,14 @@ pub fn bind(
             quinn::ServerConfig::clone(&current.config_v4)
         }
     };
-    let endpoint = endpoint(udp_socket(listen, None)?, Some(default))?;
+    // Handshakes and hellos, before a peer's colour is known, go out blue.
+    let marking = Arc::new(Marking::per_peer(dscp.blue));
+    let endpoint = endpoint(udp_socket(listen, None)?, Some(default), marking.clone())?;
     Ok(Listener {
         endpoint,
         admission,
+        marking,
+        dscp,
     })
 }
 
@@ -114,9 +123,13 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
             &admission.config_v6
         };
         let connecting = incoming.accept_with(config.clone());
+        let (marking, dscp) = (listener.marking.clone(), listener.dscp);
         handshakes.spawn(async move {
             let event = match admit(connecting, &admission.sites).await {
-                Ok(lane) => LaneEvent::Up(lane),
+                Ok(lane) => {
+                    mark_until_closed(&marking, &lane.conn, dscp.of(lane.colour));
+                    LaneEvent::Up(lane)
+                }
                 Err((reason, e)) => {
                     debug!(%peer, error = format!("{e:#}"), "lane refused");
                     LaneEvent::Refused {
@@ -130,6 +143,17 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
     }
     handshakes.shutdown().await;
     endpoint.close(0u32.into(), b"shutdown");
+}
+
+/// The lane's datagrams carry `dscp` from now on, until its connection closes.
+fn mark_until_closed(marking: &Arc<Marking>, conn: &quinn::Connection, dscp: u8) {
+    let (peer, id) = (conn.remote_address(), conn.stable_id());
+    marking.mark(peer, dscp, id);
+    let (marking, conn) = (marking.clone(), conn.clone());
+    tokio::spawn(async move {
+        conn.closed().await;
+        marking.unmark(peer, id);
+    });
 }
 
 /// Handshake and hello of one peer.
