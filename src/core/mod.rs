@@ -7,6 +7,7 @@
 
 pub mod app_pacing;
 pub mod classify;
+pub mod dsd;
 pub mod engine;
 pub mod field_error;
 pub mod flow;
