@@ -23,7 +23,6 @@ impl Instant {
         self.0
     }
 
-    /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.
     /// `self + d`, saturating at the end of time.
     pub fn saturating_add(self, d: Duration) -> Instant {
         Instant(
@@ -32,6 +31,7 @@ impl Instant {
         )
     }
 
+    /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.
     pub fn saturating_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
