@@ -336,16 +336,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Figure 2's units: 1000-byte packets, one per millisecond (8 Mbit/s), a buffer
-    /// of 7 packets and a green delay of 3 packet times.
-    fn figure2() -> Dsd<&'static str> {
+    /// Figure 2's units: 1000-byte packets, one per millisecond (8 Mbit/s), and a
+    /// green delay of 3 packet times, with a buffer of `buffer_bytes`.
+    fn in_packet_times(buffer_bytes: u64) -> Dsd<&'static str> {
         let config = DsdConfig {
             rate_bps: 8_000_000,
-            buffer_bytes: 7000,
+            buffer_bytes,
             green_delay: Duration::from_millis(3),
             control_interval: Duration::from_millis(500),
         };
-        let mut dsd = Dsd::new(config, Instant::ZERO);
+        Dsd::new(config, Instant::ZERO)
+    }
+
+    /// Figure 2's arrivals, with its buffer of 7 packets.
+    fn figure2() -> Dsd<&'static str> {
+        let mut dsd = in_packet_times(7000);
         for (name, colour) in [
             ("B1", Colour::Blue),
             ("G1", Colour::Green),
@@ -394,13 +399,7 @@ mod tests {
 
     #[test]
     fn a_green_packet_that_waited_too_long_is_dropped_as_stale() {
-        let config = DsdConfig {
-            rate_bps: 8_000_000,
-            buffer_bytes: 100_000,
-            green_delay: Duration::from_millis(3),
-            control_interval: Duration::from_millis(500),
-        };
-        let mut dsd = Dsd::new(config, Instant::ZERO);
+        let mut dsd = in_packet_times(100_000);
         dsd.set_green_bias(0.0);
         dsd.enqueue("G", 1000, Colour::Green, Instant::ZERO)
             .expect("accepted");

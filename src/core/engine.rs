@@ -870,11 +870,12 @@ impl DataPath {
         // AFMT picks among the live lanes of the packet's colour; while that colour
         // has none, the other colour's carry it.
         let mut lanes = lanes_of(&site.lanes, colour);
+        let mut borrowed = false;
         if !site.lanes[lanes.clone()].iter().any(|v| v.up) {
             let other = lanes_of(&site.lanes, colour.other());
             if site.lanes[other.clone()].iter().any(|v| v.up) {
-                self.colour_fallbacks[colour as usize] += 1;
                 lanes = other;
+                borrowed = true;
             }
         }
         let Some(mut pick) =
@@ -908,7 +909,9 @@ impl DataPath {
         view.last_sent = now;
         lane.handed_bytes += len;
         lane.counters.decisions[pick.kind as usize] += 1;
+        // Counted once the packet is on its way, like every other count.
         self.colour_packets[colour as usize] += 1;
+        self.colour_fallbacks[colour as usize] += u64::from(borrowed);
         let header = DatagramHeader {
             seq: site.tx_seq,
             gap: pick.gap,
@@ -1652,26 +1655,14 @@ pub(crate) mod tests {
         let green = coloured_lane_up(&mut e, "a", "dsl", Colour::Green, 1400, at(0));
         let to =
             |port, dscp| with_dscp(tcp_v4("198.18.0.2", 1000 + port, "203.0.113.1", port), dscp);
-        assert_eq!(
-            sent_on(&mut e, &to(5060, 0), at(1)),
-            Some(green),
-            "green application"
-        );
-        assert_eq!(
-            sent_on(&mut e, &to(873, 46), at(1)),
-            Some(blue),
-            "the application's colour first"
-        );
-        assert_eq!(
-            sent_on(&mut e, &to(80, 46), at(1)),
-            Some(green),
-            "inner DSCP 46 (EF)"
-        );
-        assert_eq!(
-            sent_on(&mut e, &to(81, 10), at(1)),
-            Some(blue),
-            "other DSCPs are blue"
-        );
+        for (port, dscp, lane, why) in [
+            (5060, 0, green, "green application"),
+            (873, 46, blue, "the application's colour first"),
+            (80, 46, green, "inner DSCP 46 (EF)"),
+            (81, 10, blue, "other DSCPs are blue"),
+        ] {
+            assert_eq!(sent_on(&mut e, &to(port, dscp), at(1)), Some(lane), "{why}");
+        }
         assert_eq!(e.colour_packets(Colour::Green), (2, 0));
         assert_eq!(e.colour_packets(Colour::Blue), (2, 0));
         // A second blue lane comes up after the green one: the colours stay apart.
