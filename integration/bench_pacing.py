@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import inns, metric_sum, metrics_text, sh
+from benchlib import admin, admin_token, inns, metric_sum, metrics_text, sh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
@@ -56,23 +56,6 @@ IP_UDP_HEADERS = 28
 DATAGRAM = 1400  # IP bytes of every datagram the sender sends
 BASE_PORT = 20000
 WARMUP, WINDOW = 2, 10
-
-
-def admin(role, method, path, token, body=b""):
-    """One admin API request inside a gateway's namespace: (status, body, seconds)."""
-    code = (
-        "import sys,time,urllib.request as u\n"
-        "r=u.Request('http://127.0.0.1:9190'+sys.argv[1],data=sys.stdin.buffer.read() or None,method=sys.argv[2])\n"
-        "r.add_header('Authorization','Bearer '+sys.argv[3])\n"
-        "t=time.monotonic()\n"
-        "try:\n  s=u.urlopen(r);c=s.status;b=s.read()\n"
-        "except u.HTTPError as e:\n  c=e.code;b=e.read()\n"
-        "print(c,time.monotonic()-t);sys.stdout.flush();sys.stdout.buffer.write(b)\n"
-    )
-    r = subprocess.run(inns(NAME, role, "python3", "-c", code, path, method, token), input=body, capture_output=True)
-    head, _, rest = r.stdout.partition(b"\n")
-    status, secs = head.split()
-    return int(status), rest.decode(), float(secs)
 
 
 def table(apps):
@@ -147,7 +130,7 @@ def accuracy(n, token):
     rates = rates_for(n)
     apps = [{"name": f"app{i}", "match": {"proto": "udp", "remote_ports": str(BASE_PORT + i)},
              "rate_up_kbps": r} for i, r in enumerate(rates)]
-    status, body, secs = admin("en", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
+    status, body, secs = admin(NAME, "en", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
     assert status == 200, body
     rx = subprocess.Popen(inns(NAME, "sv", "python3", __file__, "_receive", str(n), str(WARMUP), str(WINDOW)),
                           stdout=subprocess.PIPE, text=True)
@@ -169,7 +152,7 @@ def accuracy(n, token):
 def tcp_mix(token):
     apps = [{"name": "browser", "match": {"proto": "tcp", "remote_ports": "5201"}, "rate_down_kbps": 12000},
             {"name": "download", "match": {"proto": "tcp", "remote_ports": "5202"}, "rate_down_kbps": 6000}]
-    status, body, _ = admin("ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
+    status, body, _ = admin(NAME, "ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
     assert status == 200, body
     servers = [subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1", "-p", str(p)), stdout=subprocess.DEVNULL)
                for p in (5201, 5202)]
@@ -196,7 +179,7 @@ def big_put(token):
     apps = [{"name": f"app{i}", "match": {"proto": "udp", "remote_ports": str(30000 + i)}, "rate_up_kbps": 500}
             for i in range(10_000)]
     body = json.dumps(table(apps)).encode()
-    status, text, secs = admin("en", "PUT", "/v1/sites/site1/pacing", token, body)
+    status, text, secs = admin(NAME, "en", "PUT", "/v1/sites/site1/pacing", token, body)
     assert status == 200, text
     return {"apps": 10_000, "body_bytes": len(body), "put_seconds": secs}
 
@@ -429,7 +412,7 @@ def mix_run(classes, token, paced, budget_kbps=92_000, warmup=3, window=10):
                                             "remote_ports": str(MIX_BASE + i)},
              **({"rate_down_kbps": t, **MIX_BURST.get(c, {})} if paced else {})}
             for i, (c, t) in enumerate(zip(classes, targets))]
-    status, body, _ = admin("ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
+    status, body, _ = admin(NAME, "ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table(apps)).encode())
     assert status == 200, body
     groups = [("web", "download"), ("voip", "ssh")]
     servers = [subprocess.Popen(inns(NAME, "sv", "python3", __file__, "_mix-server", ",".join(classes), ",".join(g)),
@@ -551,8 +534,7 @@ def main():
             sh("bash", TESTBED, "start", NAME, env=env)
             if a.gateway_nice:
                 prioritise_gateways(a.gateway_nice)
-            with open(f"/tmp/braid-testbed/{NAME}/admin.token") as f:
-                run(f.read().strip())
+            run(admin_token(NAME))
         finally:
             sh("bash", TESTBED, "down", NAME, env=env, check=False)
 

@@ -27,3 +27,27 @@ def metrics_text(testbed, role):
 def metric_sum(text, sample):
     """The sum of the samples of a /metrics text whose lines start with `sample`."""
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample))
+
+
+def admin(testbed, role, method, path, token, body=b""):
+    """One admin API request inside a gateway's namespace: (status, body, seconds)."""
+    code = (
+        "import sys,time,urllib.request as u\n"
+        "r=u.Request('http://127.0.0.1:9190'+sys.argv[1],data=sys.stdin.buffer.read() or None,method=sys.argv[2])\n"
+        "r.add_header('Authorization','Bearer '+sys.argv[3])\n"
+        "t=time.monotonic()\n"
+        "try:\n  s=u.urlopen(r);c=s.status;b=s.read()\n"
+        "except u.HTTPError as e:\n  c=e.code;b=e.read()\n"
+        "print(c,time.monotonic()-t);sys.stdout.flush();sys.stdout.buffer.write(b)\n"
+    )
+    r = subprocess.run(inns(testbed, role, "python3", "-c", code, path, method, token), input=body,
+                       capture_output=True)
+    head, _, rest = r.stdout.partition(b"\n")
+    status, secs = head.split()
+    return int(status), rest.decode(), float(secs)
+
+
+def admin_token(testbed):
+    """The bearer token of a testbed's gateways."""
+    with open(f"/tmp/braid-testbed/{testbed}/admin.token") as f:
+        return f.read().strip()

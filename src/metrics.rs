@@ -12,9 +12,9 @@ use prometheus::{
 
 use crate::core::engine::{DataPath, LaneCounters, SiteIdx};
 use crate::core::lane::{Colour, LaneId};
-use crate::core::reseq::{HOLD_BUCKETS, ReseqCounters};
+use crate::core::reseq::ReseqCounters;
 use crate::core::sched::DecisionKind;
-use crate::core::stats::DropReason;
+use crate::core::stats::{DELAY_BUCKETS, DelayHistogram, DropReason};
 
 /// Labels of every lane metric.
 const LANE_LABELS: [&str; 3] = ["site", "uplink", "colour"];
@@ -27,6 +27,8 @@ pub struct Metrics {
     /// By `Colour as usize`.
     abe_packets: Vec<IntCounter>,
     abe_fallbacks: Vec<IntCounter>,
+    /// `queue_delay_seconds{colour}`, one series per colour by `Colour as usize`.
+    queue_delay: Arc<DelayHistograms>,
     uplink_up: IntGaugeVec,
     lane_srtt: GaugeVec,
     lane_cwnd: IntGaugeVec,
@@ -39,7 +41,7 @@ pub struct Metrics {
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     reseq_packets: IntCounterVec,
-    reseq_hold: Arc<HoldHistogram>,
+    reseq_hold: Arc<DelayHistograms>,
     pub flows_active: IntGauge,
     app_target: IntGaugeVec,
     app_tx_bytes: IntCounterVec,
@@ -102,6 +104,17 @@ impl Metrics {
             "abe_fallback_packets_total",
             "Packets that took the other colour's lanes because their colour had none up",
         )?;
+        let queue_delay = DelayHistograms::register(
+            &registry,
+            "queue_delay_seconds",
+            "How long packets were expected to wait in their lane's queue inside braid, by colour",
+            "colour",
+        )?;
+        queue_delay.series().extend(
+            Colour::ALL
+                .iter()
+                .map(|c| (c.as_str().to_string(), DelayHistogram::default())),
+        );
         let build = IntGaugeVec::new(
             Opts::new("build_info", "Build of this gateway"),
             &["version"],
@@ -130,6 +143,7 @@ impl Metrics {
             dropped,
             abe_packets,
             abe_fallbacks,
+            queue_delay,
             uplink_up: gauge(
                 "uplink_up",
                 "1 while the uplink has a lane up",
@@ -193,11 +207,12 @@ impl Metrics {
                 registry.register(Box::new(c.clone()))?;
                 c
             },
-            reseq_hold: {
-                let h = Arc::new(HoldHistogram::new()?);
-                registry.register(Box::new(SharedCollector(h.clone())))?;
-                h
-            },
+            reseq_hold: DelayHistograms::register(
+                &registry,
+                "reseq_hold_seconds",
+                "How long the resequencer held packets of striped flows",
+                "site",
+            )?,
             flows_active: {
                 let g = IntGauge::new("flows_active", "Flows the scheduler tracks")?;
                 registry.register(Box::new(g.clone()))?;
@@ -327,34 +342,48 @@ const RESEQ_OUTCOMES: [(&str, ReseqCount); 4] = [
     ("dropped_duplicate", |c| c.dropped),
 ];
 
-/// `reseq_hold_seconds{site}`: the core counts hold times in fixed buckets (it cannot
-/// call into prometheus), and this histogram shows the counts last copied.
-struct HoldHistogram {
+/// A histogram of delays the core counted in fixed buckets (it cannot call into
+/// prometheus), one series per value of its label, showing the counts last copied.
+struct DelayHistograms {
     desc: Desc,
-    /// Per site: its id, the count in each bucket (the last is `+Inf`) and the sum.
-    sites: Mutex<Vec<(String, ReseqCounters)>>,
+    label: &'static str,
+    /// Per series: its label value and the counts.
+    series: Mutex<Vec<(String, DelayHistogram)>>,
 }
 
-impl HoldHistogram {
-    fn new() -> prometheus::Result<HoldHistogram> {
-        Ok(HoldHistogram {
+impl DelayHistograms {
+    fn new(name: &str, help: &str, label: &'static str) -> prometheus::Result<DelayHistograms> {
+        Ok(DelayHistograms {
             desc: Desc::new(
-                "reseq_hold_seconds".into(),
-                "How long the resequencer held packets of striped flows".into(),
-                vec!["site".into()],
+                name.into(),
+                help.into(),
+                vec![label.into()],
                 Default::default(),
             )?,
-            sites: Mutex::new(Vec::new()),
+            label,
+            series: Mutex::new(Vec::new()),
         })
     }
 
-    fn sites(&self) -> std::sync::MutexGuard<'_, Vec<(String, ReseqCounters)>> {
-        self.sites.lock().unwrap_or_else(|e| e.into_inner())
+    /// Registers a new family in `registry`; the returned handle updates it.
+    fn register(
+        registry: &Registry,
+        name: &str,
+        help: &str,
+        label: &'static str,
+    ) -> prometheus::Result<Arc<DelayHistograms>> {
+        let h = Arc::new(DelayHistograms::new(name, help, label)?);
+        registry.register(Box::new(SharedCollector(h.clone())))?;
+        Ok(h)
+    }
+
+    fn series(&self) -> std::sync::MutexGuard<'_, Vec<(String, DelayHistogram)>> {
+        self.series.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// A collector registered once and updated through its `Arc`.
-struct SharedCollector(Arc<HoldHistogram>);
+struct SharedCollector(Arc<DelayHistograms>);
 
 impl Collector for SharedCollector {
     fn desc(&self) -> Vec<&Desc> {
@@ -367,12 +396,11 @@ impl Collector for SharedCollector {
         family.set_name(h.desc.fq_name.clone());
         family.set_help(h.desc.help.clone());
         family.set_field_type(proto::MetricType::HISTOGRAM);
-        let sites = h.sites();
-        for (site, counters) in sites.iter() {
+        for (value, counts) in h.series().iter() {
             let mut cumulative = 0;
-            let buckets = HOLD_BUCKETS
+            let buckets = DELAY_BUCKETS
                 .iter()
-                .zip(&counters.hold_buckets)
+                .zip(&counts.buckets)
                 .map(|(bound, n)| {
                     cumulative += n;
                     let mut b = proto::Bucket::default();
@@ -383,11 +411,11 @@ impl Collector for SharedCollector {
                 .collect();
             let mut histogram = proto::Histogram::default();
             histogram.set_bucket(buckets);
-            histogram.set_sample_count(counters.hold_buckets.iter().sum());
-            histogram.set_sample_sum(counters.hold_sum.as_secs_f64());
+            histogram.set_sample_count(counts.count());
+            histogram.set_sample_sum(counts.sum.as_secs_f64());
             let mut label = proto::LabelPair::default();
-            label.set_name("site".into());
-            label.set_value(site.clone());
+            label.set_name(h.label.into());
+            label.set_value(value.clone());
             let mut metric = proto::Metric::default();
             metric.set_label(vec![label]);
             metric.set_histogram(histogram);
@@ -441,12 +469,12 @@ impl Export {
         if engine.sites().nth(self.reordered.len()).is_none() {
             return; // None added: the usual case, every 100 ms.
         }
-        let mut holds = self.metrics.reseq_hold.sites();
+        let mut holds = self.metrics.reseq_hold.series();
         for (_, id) in engine.sites().skip(self.reordered.len()) {
             self.reordered.push((self.metrics.reordered(id), 0));
             self.reseq
                 .push((self.metrics.reseq_packets(id), ReseqCounters::default()));
-            holds.push((id.to_string(), ReseqCounters::default()));
+            holds.push((id.to_string(), DelayHistogram::default()));
         }
     }
 
@@ -487,7 +515,10 @@ impl Export {
             let total = engine.dropped(reason);
             let exported = &mut self.drops[reason as usize];
             if total > *exported {
-                if *exported == 0 && reason != DropReason::LinkLocal {
+                // Link-local packets and CoDel's drops are the normal course of
+                // things, not a sign of trouble.
+                let routine = matches!(reason, DropReason::LinkLocal | DropReason::QueueDelay);
+                if *exported == 0 && !routine {
                     tracing::warn!(
                         reason = reason.as_str(),
                         "dropped a packet (first of its kind; later ones are only counted)"
@@ -505,12 +536,18 @@ impl Export {
             self.colour_packets[i] = packets;
             self.colour_fallbacks[i] = fallbacks;
         }
+        for (colour, (_, shown)) in Colour::ALL
+            .iter()
+            .zip(self.metrics.queue_delay.series().iter_mut())
+        {
+            *shown = *engine.queue_delay(*colour);
+        }
         for (i, (counter, exported)) in self.reordered.iter_mut().enumerate() {
             let total = engine.reordered(SiteIdx(i as u32));
             counter.inc_by(total.saturating_sub(*exported));
             *exported = total;
         }
-        let mut holds = self.metrics.reseq_hold.sites();
+        let mut holds = self.metrics.reseq_hold.series();
         for (i, (counters, exported)) in self.reseq.iter_mut().enumerate() {
             let now = engine.reseq_counters(SiteIdx(i as u32));
             for (counter, (_, count)) in counters.iter().zip(RESEQ_OUTCOMES) {
@@ -518,7 +555,7 @@ impl Export {
             }
             *exported = *now;
             if let Some((_, shown)) = holds.get_mut(i) {
-                *shown = *now;
+                *shown = now.hold;
             }
         }
         drop(holds);

@@ -32,6 +32,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
+use super::aqm::{self, CoDel};
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -40,7 +41,7 @@ use super::packet::PacketInfo;
 use super::reseq::{HeldBudget, ReseqCounters, Resequencer};
 use super::route::PrefixMap;
 use super::sched::{Algorithm, DecisionKind, Scheduler};
-use super::stats::DropReason;
+use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
 use super::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, split_datagram, write_datagram_header};
 
@@ -48,7 +49,9 @@ use super::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, split_datagram, write_dat
 /// least a keep-alive every 100 ms, so silence means the path is broken, long before
 /// QUIC's idle timeout closes the connection.
 pub const LANE_STALL: Duration = Duration::from_millis(400);
-/// Bytes a lane may have queued inside braid before packets for it are dropped.
+/// Bytes a lane may have queued inside braid before packets for it are dropped: a
+/// bound on memory; the queue is kept short in time by CoDel and
+/// [`aqm::MAX_SOJOURN`].
 pub const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
 /// Lanes are sampled at most this often while packets flow: quinn's accessors take
 /// its connection lock, so once per batch, not per packet.
@@ -221,6 +224,8 @@ struct Lane {
     quinn_queued_bytes: u64,
     /// The lowest SRTT sampled recently.
     min_srtt: WindowedMin,
+    /// Keeps the lane's queue inside braid short in time, whatever its rate.
+    codel: CoDel,
     closed: bool,
     counters: LaneCounters,
     /// The last sample's refused and abandoned datagrams, counted as drops.
@@ -257,6 +262,8 @@ pub struct DataPath {
     /// the other colour's lanes for want of their own.
     colour_packets: [u64; 2],
     colour_fallbacks: [u64; 2],
+    /// How long packets of each colour were expected to wait in their lane's queue.
+    queue_delay: [DelayHistogram; 2],
     dropped: [u64; DropReason::ALL.len()],
     transmits: VecDeque<Transmit>,
     tun_writes: VecDeque<Bytes>,
@@ -318,6 +325,7 @@ impl DataPath {
                 .fold(0, |mask, &d| mask | 1 << d),
             colour_packets: [0; 2],
             colour_fallbacks: [0; 2],
+            queue_delay: [DelayHistogram::default(); 2],
             dropped: [0; DropReason::ALL.len()],
             transmits: VecDeque::new(),
             tun_writes: VecDeque::new(),
@@ -452,6 +460,7 @@ impl DataPath {
             handed_bytes: 0,
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
+            codel: CoDel::default(),
             min_srtt: WindowedMin::default(),
             closed: false,
             counters: LaneCounters::default(),
@@ -792,6 +801,12 @@ impl DataPath {
         )
     }
 
+    /// How long packets of a colour were expected to wait in their lane's queue
+    /// inside braid when they were queued.
+    pub fn queue_delay(&self, colour: Colour) -> &DelayHistogram {
+        &self.queue_delay[colour as usize]
+    }
+
     /// Packets of a site written to the TUN device after a later-sent packet of their
     /// flow: the reordering the inner flows see.
     pub fn reordered(&self, site: SiteIdx) -> u64 {
@@ -885,6 +900,12 @@ impl DataPath {
             return self.count_drop(DropReason::NoLane);
         };
         pick.lane += lanes.start;
+        let longest = site.lanes[lanes]
+            .iter()
+            .filter(|v| v.up)
+            .map(|v| v.min_srtt / 2)
+            .max()
+            .unwrap_or_default();
         let view = &mut site.lanes[pick.lane];
         if info.len > view.max_datagram {
             site.scheduler.unsent(flow);
@@ -892,17 +913,33 @@ impl DataPath {
             return self.too_big(&info, &datagram[DATAGRAM_HEADER_LEN..], mtu);
         }
         let len = datagram.len() as u64;
-        let lane = match self.lanes.get_mut(view.id.0 as usize) {
-            Some(Some(lane)) if lane.queued_bytes() + len <= self.lane_queue_limit => lane,
-            Some(Some(_)) => {
-                site.scheduler.unsent(flow);
-                return self.count_drop(DropReason::QueueFull);
-            }
-            _ => {
-                site.scheduler.unsent(flow);
-                return self.count_drop(DropReason::NoLane);
-            }
+        // How long the packet will wait in braid: the bytes ahead of it at the lane's
+        // rate. AFMT means to queue on a short lane as long as a longer lane takes more:
+        // that is when it spreads flows to the longer lane, and striping evens out
+        // the delays of a flow's packets that way (`sched/afmt.rs`). Only the wait
+        // beyond the longest lane's delay is a queue CoDel should drain.
+        let sojourn = view.drain_time(0, view.srtt);
+        let excess = (view.min_srtt / 2 + sojourn).saturating_sub(longest);
+        let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
+            site.scheduler.unsent(flow);
+            return self.count_drop(DropReason::NoLane);
         };
+        let dropped = if lane.queued_bytes() + len > self.lane_queue_limit
+            || excess > aqm::MAX_SOJOURN && view.fill > view.max_datagram as u64
+        {
+            Some(DropReason::QueueFull)
+        } else if lane
+            .codel
+            .should_drop(excess, view.fill, view.max_datagram as u64, now)
+        {
+            Some(DropReason::QueueDelay)
+        } else {
+            None
+        };
+        if let Some(reason) = dropped {
+            site.scheduler.unsent(flow);
+            return self.count_drop(reason);
+        }
         // Until the next sample, the packet counts towards the lane's fill, so that a
         // batch of packets does not all pick the same lane.
         view.fill += info.len as u64;
@@ -910,6 +947,7 @@ impl DataPath {
         lane.handed_bytes += len;
         lane.counters.decisions[pick.kind as usize] += 1;
         // Counted once the packet is on its way, like every other count.
+        self.queue_delay[colour as usize].observe(sojourn);
         self.colour_packets[colour as usize] += 1;
         self.colour_fallbacks[colour as usize] += u64::from(borrowed);
         let header = DatagramHeader {
@@ -1524,6 +1562,82 @@ pub(crate) mod tests {
         }
         assert_eq!(transmits(&mut e).len(), 1);
         assert_eq!(e.dropped(DropReason::QueueFull), 3);
+    }
+
+    #[test]
+    fn a_lane_queue_that_stands_above_codels_target_is_dropped_from_after_an_interval() {
+        // 100 000 bytes per 20 ms: 5 MB/s, so 10 ms of queue is 50 000 bytes.
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        let datagram = DATAGRAM_HEADER_LEN as u64 + pkt.len() as u64;
+        let standing = 50_000 / datagram;
+        let mut dequeued = 0;
+        let mut drops_at = Vec::new();
+        // A standing queue of 10 ms from 1 ms on: each millisecond the lane sends
+        // 10 packets and 10 more arrive.
+        for ms in 1..400 {
+            let arriving = if ms == 1 { standing } else { 10 };
+            for _ in 0..arriving {
+                let before = e.dropped(DropReason::QueueDelay);
+                send(&mut e, &pkt, at(ms));
+                if e.dropped(DropReason::QueueDelay) > before {
+                    drops_at.push(ms);
+                }
+            }
+            let sent = transmits(&mut e).len() as u64;
+            dequeued += sent.min(10) * datagram;
+            e.handle_lane_dequeued(lane, dequeued);
+            if ms % 50 == 0 {
+                e.handle_lane_sample(
+                    lane,
+                    LaneSample {
+                        dequeued_bytes: dequeued,
+                        ..sample(1400, ms)
+                    },
+                    at(ms),
+                );
+            }
+        }
+        // Nothing before the queue stood for CoDel's interval, then drops ever closer.
+        assert!(drops_at.len() >= 4, "{drops_at:?}");
+        assert!(drops_at[0] >= 100 && drops_at[0] <= 103, "{drops_at:?}");
+        assert_eq!(e.dropped(DropReason::QueueFull), 0);
+        // Each packet's expected wait is counted for its colour: about 10 ms.
+        let delays = e.queue_delay(Colour::Blue);
+        assert!(delays.count() > 3_000, "{delays:?}");
+        let ten_ms_bucket = crate::core::stats::DELAY_BUCKETS
+            .iter()
+            .position(|&b| b == 0.01)
+            .expect("a 10 ms bucket");
+        assert!(delays.buckets[ten_ms_bucket] + delays.buckets[ten_ms_bucket + 1] > 3_000);
+        assert_eq!(e.queue_delay(Colour::Green).count(), 0);
+    }
+
+    #[test]
+    fn a_burst_that_drains_within_codels_interval_loses_nothing() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        let datagram = DATAGRAM_HEADER_LEN as u64 + pkt.len() as u64;
+        let mut dequeued = 0;
+        // A packet every millisecond, and every 200 ms a burst of 40 ms of queue,
+        // which the lane drains at its 5 MB/s: above the target for 35 ms at a time.
+        let mut handed = 0;
+        for ms in 1..2_000 {
+            let arriving = if ms % 200 == 1 { 200_000 / datagram } else { 1 };
+            for _ in 0..arriving {
+                send(&mut e, &pkt, at(ms));
+            }
+            handed += transmits(&mut e).len() as u64 * datagram;
+            dequeued = handed.min(dequeued + 5_000);
+            e.handle_lane_dequeued(lane, dequeued);
+        }
+        assert!(
+            handed > 9 * 200_000,
+            "nothing dropped for a full queue either"
+        );
+        assert_eq!(e.dropped(DropReason::QueueDelay), 0);
     }
 
     #[test]

@@ -134,4 +134,12 @@ impl LaneView {
             rank: 0,
         }
     }
+
+    /// How long the lane takes to send what braid queued for it, plus `len` bytes, at
+    /// its rate: a congestion window per `srtt`.
+    pub fn drain_time(&self, len: usize, srtt: Duration) -> Duration {
+        let bytes = u128::from(self.fill) + len as u128;
+        let nanos = bytes * srtt.as_nanos() / u128::from(self.cwnd.max(1));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
 }

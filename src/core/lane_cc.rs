@@ -82,7 +82,11 @@ impl LaneWindow {
         min_rtt: Duration,
     ) {
         let queue = srtt.saturating_sub(min_rtt);
-        if queue < QUEUE_TARGET / 2 {
+        // The queue was short if this acknowledgement's own round trip says so: the
+        // smoothed RTT lags, and hovers above half the target while the cap holds the
+        // queue near it, which would pass for someone else's standing queue.
+        let sample = now.saturating_since(sent);
+        if sample.saturating_sub(min_rtt) < QUEUE_TARGET / 2 {
             self.calm_at = now;
         }
         if app_limited || sent <= self.recovery_start {
@@ -209,11 +213,26 @@ mod tests {
             w.window() > before,
             "the lane grows like NewReno instead of yielding"
         );
-        // Once the queue drained, the cap applies again.
-        w.on_ack(at(800), at(750), 1200, false, ms(12), ms(10));
+        // Once the queue drained (this acknowledgement's round trip is 11 ms), the
+        // cap applies again.
+        w.on_ack(at(800), at(789), 1200, false, ms(12), ms(10));
         let before = w.window();
         w.on_ack(at(900), at(850), 1200, false, ms(40), ms(10));
         assert!(w.window() < before);
+    }
+
+    #[test]
+    fn a_queue_the_cap_holds_near_its_target_is_not_taken_for_cross_traffic() {
+        // The smoothed RTT stays 10 ms above the path's 10 ms while the cap works,
+        // but acknowledgements come back after 12 ms now and then: the queue is the
+        // lane's own, and a second later the cap still applies.
+        let mut w = LaneWindow::new(80_000, 1200, at(0));
+        for t in (0..1_000).step_by(20) {
+            w.on_ack(at(t + 12), at(t), 1200, false, ms(20), ms(10));
+        }
+        let before = w.window();
+        w.on_ack(at(1_100), at(1_050), 1200, false, ms(40), ms(10));
+        assert!(w.window() < before, "{} >= {before}", w.window());
     }
 
     #[test]

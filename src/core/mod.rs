@@ -6,6 +6,7 @@
 //! enforces the boundary on every file below this one.
 
 pub mod app_pacing;
+pub mod aqm;
 pub mod classify;
 pub mod dsd;
 pub mod engine;

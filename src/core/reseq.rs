@@ -27,6 +27,7 @@ use bytes::Bytes;
 use super::flow::FlowTable;
 use super::hash::FixedMap;
 use super::packet::FlowKey;
+use super::stats::DelayHistogram;
 use super::time::Instant;
 use super::wire::DatagramHeader;
 
@@ -40,9 +41,6 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(1);
 /// deadline raised by a late arrival keeps the next ones in order (measured: 1 s left
 /// 0.2–0.3 % of a striped download reordered, 10 s 0.03 %).
 const HOLD_WINDOW: Duration = Duration::from_secs(10);
-
-/// Upper bounds (seconds) of the hold-time histogram's buckets; `+Inf` is implied.
-pub const HOLD_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0];
 
 /// `a` was sent before `b` (serial number arithmetic on the 32-bit sequence).
 fn before(a: u32, b: u32) -> bool {
@@ -64,21 +62,8 @@ pub struct ReseqCounters {
     pub reordered: u64,
     /// Duplicates of a packet already held.
     pub dropped: u64,
-    /// Hold times: counts per [`HOLD_BUCKETS`] bucket (the last is `+Inf`) and sum.
-    pub hold_buckets: [u64; HOLD_BUCKETS.len() + 1],
-    pub hold_sum: Duration,
-}
-
-impl ReseqCounters {
-    fn observe_hold(&mut self, held_for: Duration) {
-        let secs = held_for.as_secs_f64();
-        let bucket = HOLD_BUCKETS
-            .iter()
-            .position(|&b| secs <= b)
-            .unwrap_or(HOLD_BUCKETS.len());
-        self.hold_buckets[bucket] += 1;
-        self.hold_sum += held_for;
-    }
+    /// How long held packets were held.
+    pub hold: DelayHistogram,
 }
 
 /// Bytes held by every site of a gateway.
@@ -347,7 +332,7 @@ impl Resequencer {
             let Some(h) = queue.pop_front() else { break };
             budget.bytes -= h.packet.len();
             self.counters.released_at_deadline += 1;
-            self.counters.observe_hold(now.saturating_since(h.arrived));
+            self.counters.hold.observe(now.saturating_since(h.arrived));
             last = Some(h.seq);
             out.push_back(h.packet);
         }
@@ -396,7 +381,7 @@ impl Resequencer {
             let held_for = now.saturating_since(h.arrived);
             longest = longest.max(held_for);
             self.counters.released_in_order += 1;
-            self.counters.observe_hold(held_for);
+            self.counters.hold.observe(held_for);
             if order.last.is_some_and(|l| before(l, h.seq)) {
                 order.last = Some(h.seq);
             }

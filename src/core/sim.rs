@@ -15,9 +15,10 @@ use super::engine::tests::{at, config, send};
 use super::engine::{DataPath, LaneUp, Role};
 use super::lane::{Colour, LaneId, LaneSample};
 use super::pacing_table::{AppIdx, PacingTable};
-use super::reseq::{HOLD_BUCKETS, ReseqCounters};
+use super::reseq::ReseqCounters;
 use super::sched::Algorithm;
 use super::sched::sim::Rng;
+use super::stats::DELAY_BUCKETS;
 use super::time::Instant;
 
 const PAYLOAD: usize = 1172; // 1200-byte IPv4/UDP packets
@@ -407,9 +408,12 @@ mod tests {
         assert!(out.dropped.abs_diff(offered_above - 55) < 10, "{out:?}");
         // A lost datagram costs one deadline at most, never a stall: no hold comes
         // near a second, and few packets waited for a loss at all.
-        let long = HOLD_BUCKETS.iter().position(|&b| b >= 0.5).expect("bucket");
+        let long = DELAY_BUCKETS
+            .iter()
+            .position(|&b| b >= 0.5)
+            .expect("bucket");
         assert_eq!(
-            out.reseq.hold_buckets[long..].iter().sum::<u64>(),
+            out.reseq.hold.buckets[long..].iter().sum::<u64>(),
             0,
             "{out:?}"
         );

@@ -1,6 +1,37 @@
 //! What the data path reports. The names of the enums below are the labels of the
 //! Prometheus metrics the shell exports, so they are the user-facing contract.
 
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the delay histograms' buckets; `+Inf` is implied.
+pub const DELAY_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0];
+
+/// Delays counted per [`DELAY_BUCKETS`] bucket (the last is `+Inf`), with their sum:
+/// the core cannot call into prometheus, so it counts, and the shell copies the
+/// counts into a Prometheus histogram.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DelayHistogram {
+    pub buckets: [u64; DELAY_BUCKETS.len() + 1],
+    pub sum: Duration,
+}
+
+impl DelayHistogram {
+    pub fn observe(&mut self, delay: Duration) {
+        let secs = delay.as_secs_f64();
+        let bucket = DELAY_BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(DELAY_BUCKETS.len());
+        self.buckets[bucket] += 1;
+        self.sum += delay;
+    }
+
+    /// How many delays were observed.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+}
+
 /// Why a packet was dropped: the `reason` label of `braid_packets_dropped_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
@@ -13,8 +44,12 @@ pub enum DropReason {
     NoLane,
     /// Larger than the lane can carry (an ICMP error went back where allowed).
     TooBig,
-    /// The lane's queue inside braid is full.
+    /// The lane's queue inside braid is full: it holds its byte limit, or the
+    /// packet would wait longer than `aqm::MAX_SOJOURN` at the lane's rate.
     QueueFull,
+    /// The lane's queue inside braid has stood above CoDel's target delay for an
+    /// interval: dropped so that the inner transport slows down (`core/aqm.rs`).
+    QueueDelay,
     /// The exit knows no site for the inner destination.
     NoSite,
     /// A site sent a packet whose source address is not among its prefixes.
@@ -24,12 +59,13 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::Malformed,
         DropReason::LinkLocal,
         DropReason::NoLane,
         DropReason::TooBig,
         DropReason::QueueFull,
+        DropReason::QueueDelay,
         DropReason::NoSite,
         DropReason::Spoofed,
         DropReason::Unauthenticated,
@@ -42,6 +78,7 @@ impl DropReason {
             DropReason::NoLane => "no_lane",
             DropReason::TooBig => "too_big",
             DropReason::QueueFull => "queue_full",
+            DropReason::QueueDelay => "queue_delay",
             DropReason::NoSite => "no_site",
             DropReason::Spoofed => "spoofed",
             DropReason::Unauthenticated => "unauthenticated",

@@ -123,15 +123,7 @@ impl Afmt {
 /// How long a packet handed to the lane now takes to arrive: its SRTT plus the time
 /// to drain braid's queue for it at the lane's rate (cwnd per SRTT).
 fn delay(l: &LaneView) -> Duration {
-    l.srtt + drain_time(l, 0, l.srtt)
-}
-
-/// How long the lane takes to send what braid queued for it, plus `len` bytes, at
-/// a window per `srtt`.
-fn drain_time(l: &LaneView, len: usize, srtt: Duration) -> Duration {
-    let bytes = u128::from(l.fill) + len as u128;
-    let nanos = bytes * srtt.as_nanos() / u128::from(l.cwnd.max(1));
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    l.srtt + l.drain_time(0, l.srtt)
 }
 
 /// The lane's round-trip time as a packet handed to it now meets it: its SRTT, or,
@@ -149,7 +141,7 @@ fn path_srtt(l: &LaneView, now: Instant) -> Duration {
 /// its round-trip time (the one-way delay) after braid's queue for it drains.
 fn arrival(l: &LaneView, len: usize, now: Instant) -> Duration {
     let srtt = path_srtt(l, now);
-    srtt / 2 + drain_time(l, len, srtt)
+    srtt / 2 + l.drain_time(len, srtt)
 }
 
 /// The up lane where a packet of `len` bytes arrives first; ties go to the first.
@@ -178,7 +170,7 @@ fn backs_up(l: &LaneView) -> bool {
 /// the one that grows: QUIC's window may cover the bottleneck's queue, so that braid's
 /// stays empty, or braid's may fill first on a lane with a large delay.
 fn full(l: &LaneView, now: Instant) -> bool {
-    let queued = drain_time(l, 0, l.srtt) + path_srtt(l, now).saturating_sub(l.min_srtt);
+    let queued = l.drain_time(0, l.srtt) + path_srtt(l, now).saturating_sub(l.min_srtt);
     queued > QUEUE_MARGIN + l.min_srtt / 16
 }
 

@@ -1,0 +1,183 @@
+//! CoDel (RFC 8289) for a lane's queue inside braid: the queue is managed by how long
+//! packets wait in it, not by how many bytes it holds, so that a slow uplink does not
+//! hide a quarter of a second of queue behind a byte limit sized for a fast one.
+//!
+//! braid's queue for a lane is the send task's channel plus quinn's datagram buffer,
+//! both in the shell and neither timestamped. So the sojourn time is estimated when a
+//! packet arrives, from the bytes ahead of it and the rate the lane drains at (its
+//! congestion window per SRTT, as AFMT weighs lanes), and the packet that CoDel would
+//! drop at the head is dropped at the tail instead, as PIE does: the inner transport
+//! hears of the queue one queue delay later, at most the target plus a packet.
+//!
+//! CoDel's rule: a queue whose sojourn time stayed above [`TARGET`] for a whole
+//! [`INTERVAL`] is a standing queue; drop one packet, then the next ones at intervals
+//! shrinking with the square root of the drops so far, until the sojourn time falls
+//! below the target. A burst that drains within the interval is never dropped.
+
+use std::time::Duration;
+
+use super::time::Instant;
+
+/// Queueing delay a lane's queue may keep standing: CoDel's default, a few percent of
+/// the interval, well below the round trips the inner flows see.
+pub const TARGET: Duration = Duration::from_millis(5);
+/// How long the delay may stay above the target before packets are dropped: a worst
+/// case round trip of the inner flows, CoDel's default.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+
+/// The longest a packet may expect to wait in a lane's queue inside braid: beyond it
+/// packets are dropped at once, whatever CoDel's state. CoDel needs an interval to
+/// notice a queue and then drops one packet at a time, while ten TCP flows in slow
+/// start double their windows every round trip; without a bound in time their first
+/// round trips would fill the byte limit, a quarter of a second on a 10 Mbit/s uplink.
+pub const MAX_SOJOURN: Duration = Duration::from_millis(50);
+
+/// CoDel's state for one queue.
+#[derive(Debug, Clone, Default)]
+pub struct CoDel {
+    /// When the sojourn time, above the target since, will have been for an interval.
+    first_above: Option<Instant>,
+    /// In the dropping state: the queue has stood for an interval and not drained.
+    dropping: bool,
+    /// When the next packet is dropped while dropping.
+    drop_next: Instant,
+    /// Drops in this dropping state, and in the last one when it began.
+    count: u32,
+    last_count: u32,
+}
+
+impl CoDel {
+    /// Decides about a packet arriving at a queue whose packets wait `sojourn` and
+    /// which holds `backlog` bytes: true when it should be dropped. A queue holding at
+    /// most one packet of `mtu` bytes is never above the target (the sojourn of one
+    /// packet on a slow link is its serialisation, not a queue).
+    pub fn should_drop(&mut self, sojourn: Duration, backlog: u64, mtu: u64, now: Instant) -> bool {
+        let ok_to_drop = if sojourn < TARGET || backlog <= mtu {
+            self.first_above = None;
+            false
+        } else {
+            match self.first_above {
+                None => {
+                    self.first_above = Some(now.saturating_add(INTERVAL));
+                    false
+                }
+                Some(at) => now >= at,
+            }
+        };
+        if self.dropping {
+            if !ok_to_drop {
+                self.dropping = false;
+                return false;
+            }
+            if now < self.drop_next {
+                return false;
+            }
+            self.count = self.count.saturating_add(1);
+            self.drop_next = control_law(self.drop_next, self.count);
+            return true;
+        }
+        if !ok_to_drop {
+            return false;
+        }
+        self.dropping = true;
+        // A queue that stood again soon after the last dropping state ended starts
+        // where that one left off, less the drops that ended it: the drop rate that
+        // controlled it last time is the best guess now.
+        let delta = self.count.saturating_sub(self.last_count);
+        let recently = now.saturating_since(self.drop_next) < 16 * INTERVAL;
+        self.count = if delta > 1 && recently { delta } else { 1 };
+        self.last_count = self.count;
+        self.drop_next = control_law(now, self.count);
+        true
+    }
+
+    /// True while the queue has stood for an interval and packets are being dropped.
+    pub fn dropping(&self) -> bool {
+        self.dropping
+    }
+}
+
+/// When the next drop is due: an interval divided by the square root of the drops so
+/// far, so the drop rate grows until the senders slow down enough.
+fn control_law(from: Instant, count: u32) -> Instant {
+    let spacing = INTERVAL.div_f64(f64::from(count.max(1)).sqrt());
+    from.saturating_add(spacing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MTU: u64 = 1400;
+
+    fn ms(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    /// Offers a packet every millisecond from `from` to `to` (exclusive) at a queue
+    /// that `sojourn(t)` describes; answers the instants of the drops.
+    fn run(codel: &mut CoDel, from: u64, to: u64, sojourn: impl Fn(u64) -> Duration) -> Vec<u64> {
+        (from..to)
+            .filter(|&t| codel.should_drop(sojourn(t), 20 * MTU, MTU, ms(t)))
+            .collect()
+    }
+
+    #[test]
+    fn a_queue_below_the_target_is_never_dropped_from() {
+        let mut codel = CoDel::default();
+        assert!(run(&mut codel, 0, 10_000, |_| Duration::from_micros(4_900)).is_empty());
+    }
+
+    #[test]
+    fn a_burst_that_drains_within_the_interval_is_never_dropped_from() {
+        // 90 ms of a 50 ms queue, then a second below the target, again and again.
+        let mut codel = CoDel::default();
+        let burst = |t: u64| Duration::from_millis(if t % 1000 < 90 { 50 } else { 1 });
+        assert!(run(&mut codel, 0, 10_000, burst).is_empty());
+    }
+
+    #[test]
+    fn a_standing_queue_is_dropped_from_after_an_interval_ever_faster() {
+        let mut codel = CoDel::default();
+        let drops = run(&mut codel, 0, 1_000, |_| Duration::from_millis(20));
+        // The first drop once the queue stood for an interval (it was first seen at 0).
+        assert_eq!(drops[0], 100);
+        // Then at 100 ms / sqrt(n) spacings: 100, 70.7, 57.7, 50, ...
+        let spacings: Vec<u64> = drops.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(&spacings[..4], &[100, 71, 58, 50]);
+        assert!(spacings.windows(2).all(|w| w[1] <= w[0]), "{spacings:?}");
+        assert!(codel.dropping());
+    }
+
+    #[test]
+    fn dropping_stops_as_soon_as_the_queue_is_below_the_target() {
+        let mut codel = CoDel::default();
+        let stands = |t: u64| Duration::from_millis(if t < 400 { 20 } else { 2 });
+        let drops = run(&mut codel, 0, 2_000, stands);
+        assert!(drops.iter().all(|&t| t < 400), "{drops:?}");
+        assert!(!codel.dropping());
+    }
+
+    #[test]
+    fn a_queue_of_one_packet_is_not_a_standing_queue_however_slow_the_link() {
+        // One packet on a 100 kbit/s link waits 112 ms: serialisation, not a queue.
+        let mut codel = CoDel::default();
+        let dropped =
+            (0..5_000).any(|t| codel.should_drop(Duration::from_millis(112), MTU, MTU, ms(t)));
+        assert!(!dropped);
+    }
+
+    #[test]
+    fn a_queue_that_stands_again_soon_resumes_the_drop_rate_that_controlled_it() {
+        let mut codel = CoDel::default();
+        let first = run(&mut codel, 0, 1_000, |_| Duration::from_millis(20));
+        // Drained for 200 ms, then standing again.
+        run(&mut codel, 1_000, 1_200, |_| Duration::from_millis(1));
+        let again = run(&mut codel, 1_200, 1_700, |_| Duration::from_millis(20));
+        // The second state begins at the drop rate the first had reached, not at one
+        // per interval.
+        let spacing = again[1] - again[0];
+        let first_spacing = first[1] - first[0];
+        assert!(spacing < first_spacing / 2, "{first:?} {again:?}");
+    }
+}
