@@ -1408,3 +1408,119 @@ fn green_and_blue_lanes_carry_their_dscp_both_ways_over_ipv4_and_ipv6_uplinks() 
         }
     }
 }
+
+/// Drops (`cut`) or lets through again every forwarded packet whose outer DSCP is 45,
+/// the green lanes' mark, in both directions of a router.
+fn cut_green(tb: &Testbed, router: &str, cut: bool) {
+    if !cut {
+        tb.ok(router, &["nft", "delete", "table", "inet", "cut"]);
+        return;
+    }
+    tb.ok(router, &["nft", "add", "table", "inet", "cut"]);
+    tb.ok(
+        router,
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "cut",
+            "forward",
+            "{ type filter hook forward priority 0; }",
+        ],
+    );
+    for family in ["ip", "ip6"] {
+        tb.ok(
+            router,
+            &[
+                "nft", "add", "rule", "inet", "cut", "forward", family, "dscp", "45", "drop",
+            ],
+        );
+    }
+}
+
+#[test]
+fn green_traffic_takes_the_blue_lanes_while_the_green_path_is_cut_and_comes_back_after() {
+    let mut tb = Testbed::up("e2ecolfail", &[("RATES", "0 0")]);
+    tb.start();
+    // EF pings are green (abe.green_inner_dscp), and so are their replies.
+    let ef_pings = |tb: &Testbed, count: &str| {
+        tb.ok(
+            "cl",
+            &[
+                "ping", "-c", count, "-i", "0.01", "-W", "1", "-Q", "0xb8", SERVER_V4,
+            ],
+        )
+    };
+    let borrowed = |tb: &Testbed, gateway: &str| {
+        tb.metric(
+            gateway,
+            "braid_abe_fallback_packets_total{colour=\"green\"}",
+        )
+    };
+    let green_sent = |tb: &Testbed| -> f64 {
+        ["up1", "up2"]
+            .iter()
+            .map(|uplink| {
+                tb.metric(
+                    "en",
+                    &format!(
+                        "braid_lane_tx_packets_total{{colour=\"green\",site=\"site1\",uplink=\"{uplink}\"}}"
+                    ),
+                )
+            })
+            .sum()
+    };
+    let out = ef_pings(&tb, "50");
+    assert_eq!(lost_pings(&out), 0, "{out}");
+    assert_eq!(borrowed(&tb, "en"), 0.0);
+
+    // Both uplinks' routers drop the green lanes' datagrams, both ways, silently.
+    let ping = tb.spawn(
+        "cl",
+        &[
+            "ping", "-c", "300", "-i", "0.01", "-W", "1", "-Q", "0xb8", SERVER_V4,
+        ],
+        Ready::Now,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    for router in ["r1", "r2"] {
+        cut_green(&tb, router, true);
+    }
+    let out = tb.wait(ping, Duration::from_secs(30));
+    // The green lanes are given up once silent for 400 ms; from then on the pings
+    // and their replies take the blue lanes.
+    let lost = lost_pings(&out);
+    println!("lost {lost} of 300 green pings (10 ms apart) when the green path was cut");
+    assert!(lost <= 60, "{lost} lost: {out}");
+    for gateway in ["en", "ex"] {
+        assert!(
+            borrowed(&tb, gateway) >= 150.0,
+            "{gateway}: {} green packets took blue lanes",
+            borrowed(&tb, gateway)
+        );
+    }
+    assert_eq!(
+        tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up1\"}"),
+        1.0,
+        "the blue lane keeps the uplink up"
+    );
+
+    // The path returns: green traffic goes back to the green lanes.
+    for router in ["r1", "r2"] {
+        cut_green(&tb, router, false);
+    }
+    let back = eventually(Duration::from_secs(15), || {
+        let (before, sent_before) = (borrowed(&tb, "en"), green_sent(&tb));
+        let out = ef_pings(&tb, "20");
+        lost_pings(&out) == 0
+            && borrowed(&tb, "en") == before
+            && green_sent(&tb) >= sent_before + 20.0
+    });
+    assert!(
+        back,
+        "green pings still borrow blue lanes: {} borrowed\n{}",
+        borrowed(&tb, "en"),
+        tb.logs()
+    );
+}

@@ -249,6 +249,7 @@ deps() {
     command -v ping >/dev/null || missing+=(iputils-ping)
     command -v iperf3 >/dev/null || missing+=(iperf3)
     command -v tcpdump >/dev/null || missing+=(tcpdump)
+    command -v nft >/dev/null || missing+=(nftables)
     command -v sysctl >/dev/null || missing+=(procps)
     command -v python3 >/dev/null || missing+=(python3)
     command -v setpriv >/dev/null || missing+=(util-linux)
