@@ -2,14 +2,18 @@
 """Queueing delay by colour under load (the ABE paper's setup, in small), in braid's
 namespace testbed.
 
-Downloads from the server to the client through braid over one 10 Mbit/s uplink
-(variant 1up) or two of 10 and 20 Mbit/s (2up), 10 ms one-way delay each: 5 blue bulk TCP downloads (CUBIC) and
-5 green ones (an application coloured green in the exit's pacing table), with two 1 Mbit/s constant-rate UDP probes beside
-them, one green and one blue, measuring one-way delay and loss. The probes run alone
-for the first seconds, which gives the idle delay; the figures are the delays above it
-while the downloads run.
+Downloads from the server to the client through braid, with two 1 Mbit/s
+constant-rate UDP probes beside them, one green and one blue, measuring one-way delay
+and loss. The probes run alone for the first seconds, which gives the idle delay; the
+figures are the delays above it while the downloads run. Variants (10 ms one-way delay
+on every uplink):
 
-Usage (root): integration/bench_abe.py --braid target/release/braid [--variants 1up,2up]
+  1up    one 10 Mbit/s uplink; 5 blue bulk TCP downloads (CUBIC) and 5 green ones (an
+         application coloured green in the exit's pacing table)
+  2up    the same over two uplinks of 10 and 20 Mbit/s
+  5blue  one 10 Mbit/s uplink; 5 blue downloads only
+
+Usage (root): integration/bench_abe.py --braid target/release/braid [--variants 1up,2up,5blue]
               [--runs unknown-rate] [--seconds 20] [--rounds 1] [--out bench-out]
 
 A run is a way of configuring the uplinks: `unknown-rate` (no rate configured: braid
@@ -38,10 +42,16 @@ TESTBED = os.path.join(HERE, "testbed.sh")
 PROBE = os.path.join(HERE, "probe.py")
 SERVER = "198.18.100.2"
 CLIENT = "198.18.1.2"
-# Uplink rates (Mbit/s) and one-way delays (ms): 20 ms round trips, as a DSL or cable
-# line has. (With none, the ten downloads' smallest windows, two packets each, would
-# hold 23 ms of queue on 10 Mbit/s whatever any queue manager does.)
-VARIANTS = {"1up": ([10], [10]), "2up": ([10, 20], [10, 10])}
+# Uplink rates (Mbit/s), one-way delays (ms) and downloads per colour. 20 ms round
+# trips, as a DSL or cable line has: with none, ten downloads' smallest windows (two
+# packets each) would hold 23 ms of queue on 10 Mbit/s whatever manages the queue.
+# `5blue` is the load the queue-delay target was first measured with: five blue
+# downloads beside the probes.
+VARIANTS = {
+    "1up": {"rates": [10], "delays": [10], "downloads": {"blue": 5, "green": 5}},
+    "2up": {"rates": [10, 20], "delays": [10, 10], "downloads": {"blue": 5, "green": 5}},
+    "5blue": {"rates": [10], "delays": [10], "downloads": {"blue": 5}},
+}
 RUNS = ["unknown-rate"]
 IDLE_SECONDS = 3
 # Inner TOS of the green probe: DSCP 46 (EF), in abe.green_inner_dscp by default.
@@ -52,7 +62,6 @@ DOWNLOADS = {"blue": 5201, "green": 5202}
 PACING_TABLE = {"version": 1, "apps": [
     {"name": "green-downloads", "match": {"proto": "tcp", "remote_ports": str(DOWNLOADS["green"])},
      "colour": "green"}]}
-FLOWS_PER_COLOUR = 5
 
 
 def percentile(values, p):
@@ -68,7 +77,8 @@ def run_one(variant, label, seconds, braid, linkemu):
     if mode not in RUNS:
         raise SystemExit(f"unknown run {mode!r}: one of {', '.join(RUNS)}")
     braid = os.path.abspath(binary) if binary else braid
-    rates, delays = VARIANTS[variant]
+    rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
+    downloads = VARIANTS[variant]["downloads"]
     name = "babe"
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
                BRAID=braid, LINKEMU=linkemu)
@@ -95,12 +105,12 @@ def run_one(variant, label, seconds, braid, linkemu):
             before = metrics_text(name, "ex")
             reports = {}
 
-            def download(colour, port):
+            def download(colour, flows):
                 reports[colour] = json.loads(sh(*inns(
-                    name, "cl", "iperf3", "-c", SERVER, "-p", str(port), "-R", "-P", str(FLOWS_PER_COLOUR),
+                    name, "cl", "iperf3", "-c", SERVER, "-p", str(DOWNLOADS[colour]), "-R", "-P", str(flows),
                     "-t", str(seconds), "-C", "cubic", "-J")))
 
-            threads = [threading.Thread(target=download, args=item) for item in DOWNLOADS.items()]
+            threads = [threading.Thread(target=download, args=item) for item in downloads.items()]
             for t in threads:
                 t.start()
             for t in threads:
@@ -171,15 +181,16 @@ def svg(variant, rows, path):
 
 
 def report(variant, rows, seconds):
-    rates, delays = VARIANTS[variant]
-    print(f"\n== {variant}: uplinks {rates} Mbit/s, one-way delays {delays} ms, {FLOWS_PER_COLOUR} blue and {FLOWS_PER_COLOUR} "
-          f"green downloads for {seconds} s, 1 Mbit/s probes of each colour")
+    v = VARIANTS[variant]
+    downloads = " and ".join(f"{n} {colour}" for colour, n in v["downloads"].items())
+    print(f"\n== {variant}: uplinks {v['rates']} Mbit/s, one-way delays {v['delays']} ms, {downloads} downloads "
+          f"for {seconds} s, 1 Mbit/s probes of each colour")
     print(f"{'run':34} {'probe':6} {'idle ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'loss %':>7} "
           f"{'goodput Mbit/s':>15} {'CoDel drops':>12}")
     for r in rows:
         for colour, p in r["probes"].items():
             print(f"{r['run']:34} {colour:6} {p['idle_ms']:8.2f} {p['p50_ms']:7.1f} {p['p99_ms']:7.1f} "
-                  f"{p['loss_pct']:7.2f} {r['goodput_mbps'][colour]:15.2f} {r['drops']['queue_delay']:12.0f}")
+                  f"{p['loss_pct']:7.2f} {r['goodput_mbps'].get(colour, 0):15.2f} {r['drops']['queue_delay']:12.0f}")
         if len(r.get("rounds", [])) > 1:
             print(f"{'':34} every round, blue p99 ms: " + " ".join(f"{v:.1f}" for v in r["rounds"]))
 
@@ -188,7 +199,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--braid", required=True)
     p.add_argument("--linkemu")
-    p.add_argument("--variants", default="1up,2up")
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--runs", default=",".join(RUNS))
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--rounds", type=int, default=1)
