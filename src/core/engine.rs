@@ -1564,80 +1564,74 @@ pub(crate) mod tests {
         assert_eq!(e.dropped(DropReason::QueueFull), 3);
     }
 
-    #[test]
-    fn a_lane_queue_that_stands_above_codels_target_is_dropped_from_after_an_interval() {
-        // 100 000 bytes per 20 ms: 5 MB/s, so 10 ms of queue is 50 000 bytes.
+    /// Runs a lane of 5 MB/s (a window of 100 000 bytes per 20 ms) for `ms`
+    /// milliseconds: `arriving(t)` packets of 146 bytes arrive at millisecond `t`,
+    /// and the shell sends up to 5 000 bytes a millisecond of what the engine handed
+    /// it. Answers the milliseconds in which CoDel dropped, and the bytes sent.
+    fn run_lane(ms: u64, arriving: impl Fn(u64) -> u64) -> (DataPath, Vec<u64>, u64) {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
         let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
         let datagram = DATAGRAM_HEADER_LEN as u64 + pkt.len() as u64;
-        let standing = 50_000 / datagram;
-        let mut dequeued = 0;
+        let (mut handed, mut dequeued) = (0, 0);
         let mut drops_at = Vec::new();
-        // A standing queue of 10 ms from 1 ms on: each millisecond the lane sends
-        // 10 packets and 10 more arrive.
-        for ms in 1..400 {
-            let arriving = if ms == 1 { standing } else { 10 };
-            for _ in 0..arriving {
-                let before = e.dropped(DropReason::QueueDelay);
-                send(&mut e, &pkt, at(ms));
-                if e.dropped(DropReason::QueueDelay) > before {
-                    drops_at.push(ms);
-                }
+        for t in 1..ms {
+            let before = e.dropped(DropReason::QueueDelay);
+            for _ in 0..arriving(t) {
+                send(&mut e, &pkt, at(t));
             }
-            let sent = transmits(&mut e).len() as u64;
-            dequeued += sent.min(10) * datagram;
+            handed += transmits(&mut e).len() as u64 * datagram;
+            dequeued = handed.min(dequeued + 5_000);
             e.handle_lane_dequeued(lane, dequeued);
-            if ms % 50 == 0 {
-                e.handle_lane_sample(
-                    lane,
-                    LaneSample {
-                        dequeued_bytes: dequeued,
-                        ..sample(1400, ms)
-                    },
-                    at(ms),
-                );
+            if e.dropped(DropReason::QueueDelay) > before {
+                drops_at.push(t);
             }
         }
+        (e, drops_at, dequeued)
+    }
+
+    /// The datagram of [`run_lane`]'s packets.
+    const RUN_LANE_DATAGRAM: u64 = DATAGRAM_HEADER_LEN as u64 + 140;
+
+    #[test]
+    fn a_lane_queue_that_stands_above_codels_target_is_dropped_from_after_an_interval() {
+        // 50 000 bytes at once, then as much as the lane sends: a standing queue of
+        // 10 ms.
+        let d = RUN_LANE_DATAGRAM;
+        let (e, drops_at, _) = run_lane(400, |t| {
+            if t == 1 {
+                50_000 / d
+            } else {
+                t * 5_000 / d - (t - 1) * 5_000 / d
+            }
+        });
         // Nothing before the queue stood for CoDel's interval, then drops ever closer.
         assert!(drops_at.len() >= 4, "{drops_at:?}");
-        assert!(drops_at[0] >= 100 && drops_at[0] <= 103, "{drops_at:?}");
+        assert!(
+            (100..=103).contains(&drops_at[0]),
+            "first drop at {drops_at:?}"
+        );
         assert_eq!(e.dropped(DropReason::QueueFull), 0);
         // Each packet's expected wait is counted for its colour: about 10 ms.
         let delays = e.queue_delay(Colour::Blue);
-        assert!(delays.count() > 3_000, "{delays:?}");
-        let ten_ms_bucket = crate::core::stats::DELAY_BUCKETS
-            .iter()
-            .position(|&b| b == 0.01)
-            .expect("a 10 ms bucket");
-        assert!(delays.buckets[ten_ms_bucket] + delays.buckets[ten_ms_bucket + 1] > 3_000);
+        assert!(delays.count() > 10_000, "{delays:?}");
+        let mean = delays.sum / delays.count() as u32;
+        assert!(
+            mean > Duration::from_millis(8) && mean < Duration::from_millis(11),
+            "{mean:?}"
+        );
         assert_eq!(e.queue_delay(Colour::Green).count(), 0);
     }
 
     #[test]
     fn a_burst_that_drains_within_codels_interval_loses_nothing() {
-        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
-        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
-        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
-        let datagram = DATAGRAM_HEADER_LEN as u64 + pkt.len() as u64;
-        let mut dequeued = 0;
         // A packet every millisecond, and every 200 ms a burst of 40 ms of queue,
         // which the lane drains at its 5 MB/s: above the target for 35 ms at a time.
-        let mut handed = 0;
-        for ms in 1..2_000 {
-            let arriving = if ms % 200 == 1 { 200_000 / datagram } else { 1 };
-            for _ in 0..arriving {
-                send(&mut e, &pkt, at(ms));
-            }
-            handed += transmits(&mut e).len() as u64 * datagram;
-            dequeued = handed.min(dequeued + 5_000);
-            e.handle_lane_dequeued(lane, dequeued);
-        }
-        assert!(
-            handed > 9 * 200_000,
-            "nothing dropped for a full queue either"
-        );
-        assert_eq!(e.dropped(DropReason::QueueDelay), 0);
+        let d = RUN_LANE_DATAGRAM;
+        let (e, drops_at, sent) = run_lane(2_000, |t| if t % 200 == 1 { 200_000 / d } else { 1 });
+        assert_eq!(drops_at, Vec::<u64>::new());
+        assert_eq!(e.dropped(DropReason::QueueFull), 0);
+        assert!(sent > 9 * 200_000, "{sent}");
     }
 
     #[test]
