@@ -43,6 +43,9 @@ rm -rf "$unit_dir"
 bash integration/package-check.sh
 # The docker-compose testbed: engine, images, a download over every uplink, Prometheus.
 bash docker/check.sh
+# A short pass of every fuzz target over its seeds and what it finds in 10 s: a
+# crash fails the suite (longer runs: integration/fuzz.sh SECONDS).
+bash integration/fuzz.sh 10
 # Library, binaries and integration tests; the crate has no doc tests, and their
 # empty run would otherwise be the suite's last line.
 cargo test --locked --lib --bins --tests

@@ -140,33 +140,48 @@ impl Config {
         if let Err(e) = std::fs::metadata(file) {
             return err(file_label, format!("cannot read: {e}"));
         }
-        let merged = config::Config::builder()
+        let sources = config::Config::builder()
             .add_source(config::File::from(file).format(config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("BRAID")
                     .prefix_separator("__")
                     .separator("__")
                     .try_parsing(true),
-            )
-            .build()
-            .map_err(|e| FieldError {
-                path: file_label.clone(),
-                problem: e.to_string(),
-            })?;
-        let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
-            let path = e.path().to_string();
-            FieldError {
-                path: if path == "." {
-                    file_label.clone()
-                } else {
-                    path
-                },
-                problem: strip_config_origin(&e.into_inner().to_string()),
-            }
-        })?;
-        let base = file.parent().unwrap_or(Path::new("."));
-        validate(raw, base)
+            );
+        from_sources(
+            sources,
+            &file_label,
+            file.parent().unwrap_or(Path::new(".")),
+        )
     }
+
+    /// Validates a configuration given as TOML text, without environment overrides;
+    /// relative paths in it are relative to `base`.
+    pub fn parse(toml: &str, base: &Path) -> Result<Config, FieldError> {
+        let sources = config::Config::builder()
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml));
+        from_sources(sources, "configuration", base)
+    }
+}
+
+/// Merges `sources` and validates the result; `label` names the whole in errors.
+fn from_sources(
+    sources: config::ConfigBuilder<config::builder::DefaultState>,
+    label: &str,
+    base: &Path,
+) -> Result<Config, FieldError> {
+    let merged = sources.build().map_err(|e| FieldError {
+        path: label.to_string(),
+        problem: e.to_string(),
+    })?;
+    let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
+        let path = e.path().to_string();
+        FieldError {
+            path: if path == "." { label.to_string() } else { path },
+            problem: strip_config_origin(&e.into_inner().to_string()),
+        }
+    })?;
+    validate(raw, base)
 }
 
 /// The `config` crate appends where a value came from; the path already says it.

@@ -74,3 +74,16 @@ fn config_crate_origin_is_stripped_from_messages() {
         "invalid type: string \"x\", expected u32"
     );
 }
+
+#[test]
+fn a_configuration_given_as_text_is_validated_like_a_file() {
+    let exit = include_str!("../../config/exit.toml");
+    let base = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config"));
+    // Relative paths resolve against `base`, as against a file's directory: the
+    // example's certificates are not there.
+    let e = Config::parse(exit, base).expect_err("no certificates beside the example");
+    assert_eq!(e.path, "tls.ca");
+    assert!(e.problem.contains("/config/ca.pem"), "{e:?}");
+    let e = Config::parse("role = [", base).expect_err("not TOML");
+    assert_eq!(e.path, "configuration");
+}
