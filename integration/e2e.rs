@@ -135,6 +135,27 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
             .map(|i| tb.tx_bytes(&format!("r{i}"), dir))
             .collect()
     };
+    // `braid status` (renewed every second): every uplink's green and blue lanes up
+    // at both ends, before the pings, which round-robin spreads over the lanes up.
+    let lanes_up = |role: &str| -> Vec<String> {
+        let json = tb.ok(role, &[braid_bin(), "status", "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+        doc["sites"][0]["lanes"]
+            .as_array()
+            .expect("lanes")
+            .iter()
+            .filter(|l| l["state"] == "up" && l["srtt_ms"].as_f64().is_some_and(|s| s > 0.0))
+            .map(|l| format!("{}/{}", l["uplink"].as_str().expect("uplink"), l["colour"]))
+            .collect()
+    };
+    let every_lane =
+        ["up1", "up2", "up3"].map(|u| ["blue", "green"].map(|c| format!("{u}/\"{c}\"")));
+    for role in ["en", "ex"] {
+        let all_up = eventually(Duration::from_secs(3), || {
+            lanes_up(role) == every_lane.concat()
+        });
+        assert!(all_up, "{role}: lanes up {:?}", lanes_up(role));
+    }
     let (up0, down0) = (sent("b"), sent("a"));
     ping_ok(&tb, "cl", SERVER_V4, 30);
     ping_ok(&tb, "sv", CLIENT_V4, 30);
@@ -167,27 +188,6 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
         );
     }
     check_dashboard(&pages);
-    // `braid status` (renewed every second): every uplink's green and blue lanes up
-    // at both ends.
-    let lanes_up = |role: &str| -> Vec<String> {
-        let json = tb.ok(role, &[braid_bin(), "status", "--json"]);
-        let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
-        doc["sites"][0]["lanes"]
-            .as_array()
-            .expect("lanes")
-            .iter()
-            .filter(|l| l["state"] == "up" && l["srtt_ms"].as_f64().is_some_and(|s| s > 0.0))
-            .map(|l| format!("{}/{}", l["uplink"].as_str().expect("uplink"), l["colour"]))
-            .collect()
-    };
-    let every_lane =
-        ["up1", "up2", "up3"].map(|u| ["blue", "green"].map(|c| format!("{u}/\"{c}\"")));
-    for role in ["en", "ex"] {
-        let all_up = eventually(Duration::from_secs(3), || {
-            lanes_up(role) == every_lane.concat()
-        });
-        assert!(all_up, "{role}: lanes up {:?}", lanes_up(role));
-    }
     let table = tb.ok("en", &[braid_bin(), "status"]);
     assert!(
         table.starts_with("braid ") && table.contains(" entry, up "),
