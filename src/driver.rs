@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
 use crate::config::SchedulerConfig;
-use crate::core::engine::{DataPath, LaneClose, LaneUp, SiteIdx, SiteSpec};
+use crate::core::engine::{DataPath, LaneUp, SiteIdx, SiteSpec};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
@@ -346,9 +346,6 @@ impl Driver {
         while let Some((lane, why)) = self.engine.poll_lane_close() {
             if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
                 io.conn.close(0u32.into(), why.reason());
-            }
-            if why == LaneClose::Replaced {
-                self.export.lane_replaced(lane);
             }
         }
     }

@@ -63,7 +63,6 @@ pub struct AppMetrics {
 /// gets the same children, so its counters keep counting.
 #[derive(Clone)]
 pub struct LaneMetrics {
-    pub up: IntGauge,
     pub srtt: Gauge,
     pub cwnd: IntGauge,
     pub fill: IntGauge,
@@ -260,7 +259,6 @@ impl Metrics {
     pub fn lane(&self, site: &str, uplink: &str, colour: Colour) -> LaneMetrics {
         let l = [site, uplink, colour.as_str()];
         LaneMetrics {
-            up: self.uplink_up.with_label_values(&[site, uplink]),
             srtt: self.lane_srtt.with_label_values(&l),
             cwnd: self.lane_cwnd.with_label_values(&l),
             fill: self.lane_fill.with_label_values(&l),
@@ -277,6 +275,11 @@ impl Metrics {
                 })
                 .collect(),
         }
+    }
+
+    /// `uplink_up` of a site's uplink.
+    fn uplink_up(&self, site: &str, uplink: &str) -> IntGauge {
+        self.uplink_up.with_label_values(&[site, uplink])
     }
 
     /// The metrics of an application of a site in one direction.
@@ -440,13 +443,23 @@ pub struct Export {
     reseq: Vec<(Vec<IntCounter>, ReseqCounters)>,
     /// By `LaneId`.
     lanes: Vec<Option<LaneExport>>,
+    /// Every uplink a lane came up on: its site and name, its `uplink_up` gauge, and
+    /// whether one of its lanes (of either colour) is up.
+    uplinks: Vec<UplinkExport>,
 }
 
 struct LaneExport {
     metrics: LaneMetrics,
     exported: LaneCounters,
-    /// Replaced by a newer lane of its uplink, which owns the `uplink_up` gauge.
-    replaced: bool,
+    /// Its uplink in `Export::uplinks`.
+    uplink: usize,
+}
+
+struct UplinkExport {
+    site: String,
+    name: String,
+    up: IntGauge,
+    any_lane_up: bool,
 }
 
 impl Export {
@@ -459,6 +472,7 @@ impl Export {
             reordered: Vec::new(),
             reseq: Vec::new(),
             lanes: Vec::new(),
+            uplinks: Vec::new(),
         };
         export.add_sites(engine);
         export
@@ -485,26 +499,31 @@ impl Export {
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
         }
+        let known = self
+            .uplinks
+            .iter()
+            .position(|u| u.site == site && u.name == uplink);
+        let index = known.unwrap_or_else(|| {
+            self.uplinks.push(UplinkExport {
+                site: site.to_string(),
+                name: uplink.to_string(),
+                up: self.metrics.uplink_up(site, uplink),
+                any_lane_up: false,
+            });
+            self.uplinks.len() - 1
+        });
         self.lanes[slot] = Some(LaneExport {
             metrics: self.metrics.lane(site, uplink, colour),
             exported: LaneCounters::default(),
-            replaced: false,
+            uplink: index,
         });
     }
 
-    /// A lane was replaced by its reconnect, which reports the uplink's state now.
-    pub fn lane_replaced(&mut self, lane: LaneId) {
-        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) {
-            l.replaced = true;
-        }
-    }
-
-    /// A lane is gone (copy its last counts first).
+    /// A lane is gone (copy its last counts first); its uplink is up while another
+    /// of its lanes is, from the next copy on.
     pub fn lane_closed(&mut self, lane: LaneId) {
-        if let Some(l) = self.lanes.get_mut(lane.0 as usize).and_then(Option::take)
-            && !l.replaced
-        {
-            l.metrics.up.set(0);
+        if let Some(slot) = self.lanes.get_mut(lane.0 as usize) {
+            *slot = None;
         }
     }
 
@@ -563,6 +582,9 @@ impl Export {
             .flows_active
             .set(i64::try_from(engine.flows_active()).unwrap_or(i64::MAX));
         self.metrics.set_lanes_up(engine.lanes_up());
+        for u in &mut self.uplinks {
+            u.any_lane_up = false;
+        }
         for (i, l) in self.lanes.iter_mut().enumerate() {
             let Some(l) = l else { continue };
             let Some(lane) = engine.lane(LaneId(i as u32)) else {
@@ -570,9 +592,7 @@ impl Export {
             };
             let (view, now) = (lane.view, lane.counters);
             let m = &l.metrics;
-            if !l.replaced {
-                m.up.set(i64::from(view.up));
-            }
+            self.uplinks[l.uplink].any_lane_up |= view.up;
             m.srtt.set(view.srtt.as_secs_f64());
             m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
             m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
@@ -589,6 +609,11 @@ impl Export {
                 c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
             }
             l.exported = *now;
+        }
+        // An uplink is up while a lane of either colour is: the green lanes' path
+        // may fail alone.
+        for u in &self.uplinks {
+            u.up.set(i64::from(u.any_lane_up));
         }
     }
 }
