@@ -133,6 +133,8 @@ def summarise(label, probes, reports, before, after):
     row = {"run": label, "probes": {}, "goodput_mbps": {}}
     for colour, data in probes.items():
         samples = data["samples"]
+        if not samples:
+            raise RuntimeError(f"the {colour} probe received nothing: is the tunnel up? (see the gateways' logs)")
         start = min(s[1] for s in samples)
         idle = [s[2] / 1e6 for s in samples if s[1] - start < (IDLE_SECONDS - 0.5) * 1e9]
         loaded = [(s[1] - start) / 1e9 for s in samples if s[1] - start > (IDLE_SECONDS + 1) * 1e9]

@@ -32,6 +32,15 @@ pub const INTERVAL: Duration = Duration::from_millis(100);
 /// round trips would fill the byte limit, a quarter of a second on a 10 Mbit/s uplink.
 pub const MAX_SOJOURN: Duration = Duration::from_millis(50);
 
+/// Why a packet should be dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AqmDrop {
+    /// It would wait longer than [`MAX_SOJOURN`].
+    TooLate,
+    /// CoDel's rule: the queue has stood above [`TARGET`] for an [`INTERVAL`].
+    Standing,
+}
+
 /// CoDel's state for one queue.
 #[derive(Debug, Clone, Default)]
 pub struct CoDel {
@@ -48,10 +57,29 @@ pub struct CoDel {
 
 impl CoDel {
     /// Decides about a packet arriving at a queue whose packets wait `sojourn` and
+    /// which holds `backlog` bytes: [`MAX_SOJOURN`] first, then CoDel's rule. A queue
+    /// holding at most one packet of `mtu` bytes is never too long.
+    pub fn verdict(
+        &mut self,
+        sojourn: Duration,
+        backlog: u64,
+        mtu: u64,
+        now: Instant,
+    ) -> Option<AqmDrop> {
+        if sojourn > MAX_SOJOURN && backlog > mtu {
+            Some(AqmDrop::TooLate)
+        } else if self.should_drop(sojourn, backlog, mtu, now) {
+            Some(AqmDrop::Standing)
+        } else {
+            None
+        }
+    }
+
+    /// CoDel's rule alone: decides about a packet arriving at a queue whose packets wait `sojourn` and
     /// which holds `backlog` bytes: true when it should be dropped. A queue holding at
     /// most one packet of `mtu` bytes is never above the target (the sojourn of one
     /// packet on a slow link is its serialisation, not a queue).
-    pub fn should_drop(&mut self, sojourn: Duration, backlog: u64, mtu: u64, now: Instant) -> bool {
+    fn should_drop(&mut self, sojourn: Duration, backlog: u64, mtu: u64, now: Instant) -> bool {
         let ok_to_drop = if sojourn < TARGET || backlog <= mtu {
             self.first_above = None;
             false
@@ -92,7 +120,8 @@ impl CoDel {
     }
 
     /// True while the queue has stood for an interval and packets are being dropped.
-    pub fn dropping(&self) -> bool {
+    #[cfg(test)]
+    fn dropping(&self) -> bool {
         self.dropping
     }
 }
@@ -165,6 +194,18 @@ mod tests {
         let dropped =
             (0..5_000).any(|t| codel.should_drop(Duration::from_millis(112), MTU, MTU, ms(t)));
         assert!(!dropped);
+    }
+
+    #[test]
+    fn a_wait_beyond_the_bound_is_dropped_at_once_unless_it_is_one_packet() {
+        let mut codel = CoDel::default();
+        let late = MAX_SOJOURN + Duration::from_millis(1);
+        assert_eq!(
+            codel.verdict(late, 20 * MTU, MTU, ms(0)),
+            Some(AqmDrop::TooLate)
+        );
+        assert_eq!(codel.verdict(late, MTU, MTU, ms(1)), None);
+        assert_eq!(codel.verdict(MAX_SOJOURN, 20 * MTU, MTU, ms(2)), None);
     }
 
     #[test]

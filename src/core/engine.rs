@@ -32,7 +32,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
-use super::aqm::{self, CoDel};
+use super::aqm::{AqmDrop, CoDel};
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -51,7 +51,7 @@ use super::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, split_datagram, write_dat
 pub const LANE_STALL: Duration = Duration::from_millis(400);
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
 /// bound on memory; the queue is kept short in time by CoDel and
-/// [`aqm::MAX_SOJOURN`].
+/// [`super::aqm::MAX_SOJOURN`].
 pub const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
 /// Lanes are sampled at most this often while packets flow: quinn's accessors take
 /// its connection lock, so once per batch, not per packet.
@@ -924,17 +924,16 @@ impl DataPath {
             site.scheduler.unsent(flow);
             return self.count_drop(DropReason::NoLane);
         };
-        let dropped = if lane.queued_bytes() + len > self.lane_queue_limit
-            || excess > aqm::MAX_SOJOURN && view.fill > view.max_datagram as u64
-        {
+        let dropped = if lane.queued_bytes() + len > self.lane_queue_limit {
             Some(DropReason::QueueFull)
-        } else if lane
-            .codel
-            .should_drop(excess, view.fill, view.max_datagram as u64, now)
-        {
-            Some(DropReason::QueueDelay)
         } else {
-            None
+            let verdict = lane
+                .codel
+                .verdict(excess, view.fill, view.max_datagram as u64, now);
+            verdict.map(|why| match why {
+                AqmDrop::TooLate => DropReason::QueueFull,
+                AqmDrop::Standing => DropReason::QueueDelay,
+            })
         };
         if let Some(reason) = dropped {
             site.scheduler.unsent(flow);
