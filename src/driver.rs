@@ -27,7 +27,7 @@ use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
-use crate::lane::{LaneEvent, NewLane, QUINN_DATAGRAM_SEND_BUFFER};
+use crate::lane::{LaneEvent, NewLane};
 use crate::metrics::{Export, Metrics};
 use crate::notify::Notifier;
 use crate::status::{Status, StatusBuilder};
@@ -64,6 +64,9 @@ struct LaneIo {
     conn: quinn::Connection,
     queue: mpsc::UnboundedSender<Bytes>,
     progress: Arc<SendProgress>,
+    /// quinn's datagram send space while nothing is queued: less than its buffer by
+    /// quinn's own bookkeeping.
+    empty_send_space: usize,
 }
 
 impl LaneIo {
@@ -81,12 +84,14 @@ impl LaneIo {
             closed: self.conn.close_reason().is_some(),
             rx_datagrams: stats.udp_rx.datagrams,
             lost_packets: stats.path.lost_packets,
-            quinn_queued_bytes: QUINN_DATAGRAM_SEND_BUFFER
+            quinn_queued_bytes: self
+                .empty_send_space
                 .saturating_sub(self.conn.datagram_send_buffer_space())
                 as u64,
             dequeued_bytes: p.dequeued_bytes.load(Ordering::Relaxed),
             sent_packets: p.sent_packets.load(Ordering::Relaxed),
             sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
+            transmitted_datagrams: stats.frame_tx.datagram,
             refused_datagrams: p.refused.load(Ordering::Relaxed),
             abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
         }
@@ -387,6 +392,7 @@ impl Driver {
         );
         self.export.lane_up(id, &site, &uplink, colour);
         let io = LaneIo {
+            empty_send_space: conn.datagram_send_buffer_space(),
             conn,
             queue,
             progress,

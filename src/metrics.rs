@@ -38,6 +38,7 @@ pub struct Metrics {
     lane_tx_packets: IntCounterVec,
     lane_rx_packets: IntCounterVec,
     lane_lost: IntCounterVec,
+    lane_stalls: IntCounterVec,
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     reseq_packets: IntCounterVec,
@@ -71,6 +72,7 @@ pub struct LaneMetrics {
     pub tx_packets: IntCounter,
     pub rx_packets: IntCounter,
     pub lost: IntCounter,
+    pub stalls: IntCounter,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: Vec<IntCounter>,
 }
@@ -173,6 +175,10 @@ impl Metrics {
                 "lane_lost_packets_total",
                 "QUIC packets the lane's connection declared lost",
             )?,
+            lane_stalls: counter(
+                "lane_stalls_total",
+                "Times the lane was taken out of service because its peer fell silent",
+            )?,
             decisions: {
                 let c = IntCounterVec::new(
                     Opts::new(
@@ -267,6 +273,7 @@ impl Metrics {
             tx_packets: self.lane_tx_packets.with_label_values(&l),
             rx_packets: self.lane_rx_packets.with_label_values(&l),
             lost: self.lane_lost.with_label_values(&l),
+            stalls: self.lane_stalls.with_label_values(&l),
             decisions: DecisionKind::ALL
                 .iter()
                 .map(|k| {
@@ -605,6 +612,7 @@ impl Export {
             m.rx_bytes.inc_by(now.rx_bytes.saturating_sub(old.rx_bytes));
             m.lost
                 .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
+            m.stalls.inc_by(now.stalls.saturating_sub(old.stalls));
             for (k, c) in m.decisions.iter().enumerate() {
                 c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
             }

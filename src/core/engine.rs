@@ -47,8 +47,30 @@ use super::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, split_datagram, write_dat
 
 /// A lane that received nothing for this long is not scheduled: both ends send at
 /// least a keep-alive every 100 ms, so silence means the path is broken, long before
-/// QUIC's idle timeout closes the connection.
+/// QUIC's idle timeout closes the connection. Lanes that carry packets are given up
+/// much sooner, by [`answer_timeout`]; this is the bound for idle ones.
 pub const LANE_STALL: Duration = Duration::from_millis(400);
+/// The longest a lane's peer delays an acknowledgement: each lane asks its peer for
+/// this (QUIC's ACK frequency extension; 25 ms otherwise), so that a silent path
+/// shows soon even when the lane carries little.
+pub const PEER_ACK_DELAY: Duration = Duration::from_millis(5);
+/// Allowance for the variation of the round trip (QUIC's PTO adds four times its
+/// mean deviation) and for the probe QUIC sends when an acknowledgement was lost.
+const ANSWER_SLACK: Duration = Duration::from_millis(20);
+/// The shortest wait for an answer: scheduling hiccups of a loaded router (both
+/// gateways share its cores with everything else) must not look like a dead path.
+const MIN_ANSWER_TIMEOUT: Duration = Duration::from_millis(60);
+/// Packets that must have gone unanswered, not just one: a lossy path often leaves
+/// one packet unanswered (it or its acknowledgement lost), rarely three in a row.
+const UNANSWERED_TO_STALL: u64 = 3;
+
+/// How long a lane with this SRTT may leave a packet it sent unanswered before its
+/// path is taken for dead. Any datagram from the peer answers: its acknowledgement
+/// comes within a round trip and its ACK delay, or, when that was lost, after QUIC's
+/// probe a round trip later.
+pub fn answer_timeout(srtt: Duration) -> Duration {
+    (2 * srtt + PEER_ACK_DELAY + ANSWER_SLACK).max(MIN_ANSWER_TIMEOUT)
+}
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
 /// bound on memory; the queue is kept short in time by CoDel and
 /// [`super::aqm::MAX_SOJOURN`].
@@ -167,6 +189,8 @@ pub struct LaneCounters {
     pub rx_packets: u64,
     pub rx_bytes: u64,
     pub lost_packets: u64,
+    /// Times the lane was taken out of service because its peer fell silent.
+    pub stalls: u64,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: [u64; DecisionKind::ALL.len()],
 }
@@ -217,6 +241,20 @@ struct Lane {
     /// The last sample's sign of life, and when it last grew.
     rx_datagrams: u64,
     heard_at: Instant,
+    /// Set when a packet is handed to the lane and the peer has not been heard from
+    /// since: by then it must have been, or the path is dead (see [`answer_timeout`]).
+    answer_due: Option<Instant>,
+    /// The number of that packet among those handed to the lane: until quinn has
+    /// transmitted that many, it waits for the congestion window, not for an answer.
+    answer_for: u64,
+    /// Datagrams handed to the shell for sending, and how many of them quinn has
+    /// transmitted, refused or abandoned at the last sample.
+    handed_datagrams: u64,
+    left_quinn: u64,
+    /// Fell silent and is not scheduled until heard from again with nothing left
+    /// queued from before: packets that waited out the outage inside braid or quinn
+    /// would arrive late, behind the ones other lanes carried meanwhile.
+    recovering: bool,
     /// Bytes handed to the shell for sending, and how many of them had left braid's
     /// queue at the last sample: the difference is the lane's queue.
     handed_bytes: u64,
@@ -238,6 +276,19 @@ struct Lane {
 impl Lane {
     fn queued_bytes(&self) -> u64 {
         self.handed_bytes.saturating_sub(self.dequeued_bytes)
+    }
+
+    /// From when the lane counts as silent, unless it is heard from before.
+    fn silent_from(&self, stall: Duration) -> Instant {
+        let idle_bound = self.heard_at.saturating_add(stall);
+        self.answer_due
+            .map_or(idle_bound, |due| due.min(idle_bound))
+    }
+
+    /// Packets quinn has transmitted since the peer was last heard from (from the
+    /// first one handed after that on).
+    fn unanswered(&self) -> u64 {
+        (self.left_quinn + 1).saturating_sub(self.answer_for)
     }
 }
 
@@ -270,7 +321,7 @@ pub struct DataPath {
     lanes_to_close: VecDeque<(LaneId, LaneClose)>,
     /// When a flow table may next forget a flow (`None`: all are empty).
     expiry_at: Option<Instant>,
-    /// No later than this, some lane that is up falls silent for `lane_stall`.
+    /// No later than this, some lane that is up counts as silent.
     stall_check_at: Option<Instant>,
     /// The earliest deadline of a packet some resequencer holds.
     reseq_due: Option<Instant>,
@@ -457,6 +508,11 @@ impl DataPath {
             retired: false,
             rx_datagrams: 0,
             heard_at: now,
+            answer_due: None,
+            answer_for: 0,
+            handed_datagrams: 0,
+            left_quinn: 0,
+            recovering: false,
             handed_bytes: 0,
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
@@ -540,6 +596,7 @@ impl DataPath {
         if sample.rx_datagrams != l.rx_datagrams {
             l.rx_datagrams = sample.rx_datagrams;
             l.heard_at = now;
+            l.answer_due = None;
         }
         l.dequeued_bytes = sample.dequeued_bytes;
         l.quinn_queued_bytes = sample.quinn_queued_bytes;
@@ -555,20 +612,30 @@ impl DataPath {
             .saturating_sub(l.abandoned_datagrams);
         l.refused_datagrams = sample.refused_datagrams;
         l.abandoned_datagrams = sample.abandoned_datagrams;
-        let up = !l.retired
-            && !l.closed
-            && sample.max_datagram > 0
-            && now.saturating_since(l.heard_at) < self.lane_stall;
+        l.left_quinn =
+            sample.transmitted_datagrams + sample.refused_datagrams + sample.abandoned_datagrams;
+        if l.answer_due.is_some_and(|due| due <= now) && l.unanswered() < UNANSWERED_TO_STALL {
+            // Too few packets have left quinn (its congestion window holds them) to
+            // tell a dead path from a lossy one: the last of them is given a whole
+            // timeout from now.
+            l.answer_due = Some(now + answer_timeout(sample.srtt));
+        }
+        let silent_from = l.silent_from(self.lane_stall);
+        let alive = now < silent_from;
         let fill = l.queued_bytes() + l.quinn_queued_bytes;
+        if !alive {
+            l.recovering = true;
+        } else if l.recovering && fill == 0 && l.left_quinn >= l.handed_datagrams {
+            l.recovering = false;
+        }
+        let up = !l.retired && !l.closed && sample.max_datagram > 0 && alive && !l.recovering;
         if up {
-            self.stall_check_at = earliest(
-                self.stall_check_at,
-                Some(l.heard_at.saturating_add(self.lane_stall)),
-            );
+            self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
         }
         if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
             if v.up != up {
                 l.state_since = now;
+                l.counters.stalls += u64::from(v.up && !alive);
             }
             v.up = up;
             v.srtt = sample.srtt;
@@ -694,10 +761,17 @@ impl DataPath {
                 let Some(v) = view_mut(&mut self.sites, l.site, id).filter(|v| v.up) else {
                     continue;
                 };
-                let silent_from = l.heard_at.saturating_add(self.lane_stall);
-                if silent_from <= now {
+                let silent_from = l.silent_from(self.lane_stall);
+                if silent_from <= now && self.sampled_at < silent_from {
+                    // The answer may have come since the last sample: decided on the
+                    // next one, taken at once.
+                    self.sample_due = true;
+                    self.stall_check_at = Some(now);
+                } else if silent_from <= now {
                     v.up = false;
+                    l.recovering = true;
                     l.state_since = now;
+                    l.counters.stalls += 1;
                 } else {
                     self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
                 }
@@ -944,6 +1018,14 @@ impl DataPath {
         view.fill += info.len as u64;
         view.last_sent = now;
         lane.handed_bytes += len;
+        lane.handed_datagrams += 1;
+        if lane.answer_due.is_none() {
+            lane.answer_for = lane.handed_datagrams;
+            // The packet leaves once the queue ahead of it has drained.
+            let due = now + sojourn + answer_timeout(view.srtt);
+            lane.answer_due = Some(due);
+            self.stall_check_at = earliest(self.stall_check_at, Some(due));
+        }
         lane.counters.decisions[pick.kind as usize] += 1;
         // Counted once the packet is on its way, like every other count.
         self.queue_delay[colour as usize].observe(sojourn);
@@ -1155,6 +1237,17 @@ pub(crate) mod tests {
             max_datagram,
             rx_datagrams,
             ..LaneSample::default()
+        }
+    }
+
+    /// A sample of a lane that has heard `rx_datagrams` and transmitted every packet
+    /// it was handed.
+    fn drained(e: &DataPath, lane: LaneId, rx_datagrams: u64) -> LaneSample {
+        let l = e.lanes[lane.0 as usize].as_ref().expect("lane");
+        LaneSample {
+            transmitted_datagrams: l.handed_datagrams,
+            dequeued_bytes: l.handed_bytes,
+            ..sample(1400, rx_datagrams)
         }
     }
 
@@ -1484,6 +1577,14 @@ pub(crate) mod tests {
             .filter_map(|_| sent_on(&mut e, &pkt, at(499)))
             .collect();
         assert!(lanes.contains(&b), "one nanosecond early b is still up");
+        // The deadline passes with the last sample 200 ms old: the engine asks for a
+        // fresh one before it gives b up.
+        e.handle_timeout(at(500));
+        assert_eq!(e.lanes_up(), 2);
+        assert!(e.wants_lane_samples(at(500)));
+        assert!(e.poll_timeout().is_some_and(|due| due <= at(500)));
+        e.handle_lane_sample(a, sample(1400, 500), at(500));
+        e.handle_lane_sample(b, sample(1400, 100), at(500));
         e.handle_timeout(at(500));
         for _ in 0..4 {
             assert_eq!(sent_on(&mut e, &pkt, at(500)), Some(a));
@@ -1494,13 +1595,142 @@ pub(crate) mod tests {
             Some(at(500)),
             "down since"
         );
-        // Its peer is heard again: b is back.
-        e.handle_lane_sample(b, sample(1400, 101), at(520));
+        // Its peer is heard again, and what was handed to b has left: b is back.
+        e.handle_lane_sample(b, drained(&e, b, 101), at(520));
         assert_eq!(e.lane(b).map(|l| l.state_since), Some(at(520)), "up since");
         let lanes: Vec<_> = (0..2)
             .filter_map(|_| sent_on(&mut e, &pkt, at(520)))
             .collect();
         assert!(lanes.contains(&b));
+    }
+
+    /// Round-robin over lanes a and b over `span` (ms), a packet every 10 ms each,
+    /// sampled before every send; b's peer answers at the instants `b_heard` says, and
+    /// quinn transmits b's packets once `b_sends` says so. Returns the last instant b
+    /// was picked.
+    fn run_two_lanes(
+        e: &mut DataPath,
+        (a, b): (LaneId, LaneId),
+        span: std::ops::RangeInclusive<u64>,
+        b_heard: impl Fn(u64) -> bool,
+        b_sends: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        let (mut b_rx, mut b_last) = (*span.start(), None);
+        let handed = |lane| drained(e, lane, 0).transmitted_datagrams;
+        let (mut a_handed, mut b_handed) = (handed(a), handed(b));
+        let mut b_transmitted = b_handed;
+        for t in span.step_by(10) {
+            b_rx += u64::from(b_heard(t));
+            if b_sends(t) {
+                b_transmitted = b_handed;
+            }
+            let a_sample = LaneSample {
+                transmitted_datagrams: a_handed,
+                ..sample(1400, t)
+            };
+            let b_sample = LaneSample {
+                transmitted_datagrams: b_transmitted,
+                ..sample(1400, b_rx)
+            };
+            e.handle_lane_sample(a, a_sample, at(t));
+            e.handle_lane_sample(b, b_sample, at(t));
+            e.handle_timeout(at(t));
+            for _ in 0..2 {
+                match sent_on(e, &pkt, at(t)) {
+                    Some(lane) if lane == b => {
+                        b_last = Some(t);
+                        b_handed += 1;
+                    }
+                    Some(_) => a_handed += 1,
+                    None => {}
+                }
+            }
+        }
+        b_last
+    }
+
+    #[test]
+    fn a_lane_whose_packets_go_unanswered_is_given_up_within_its_answer_timeout() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        // b's path dies after 100 ms; its packet of 100 ms is the first unanswered.
+        let timeout = answer_timeout(Duration::from_millis(20)).as_millis() as u64;
+        assert_eq!(
+            timeout, 65,
+            "two 20 ms round trips, the peer's ACK delay, slack"
+        );
+        let b_last = run_two_lanes(&mut e, (a, b), 10..=400, |t| t <= 100, |_| true);
+        assert_eq!(
+            b_last,
+            Some((100 + timeout) / 10 * 10),
+            "b is given up {timeout} ms after its first unanswered packet, long before \
+             the idle bound of {LANE_STALL:?}"
+        );
+        assert_eq!(e.lanes_up(), 1);
+        assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1));
+        // Its peer is heard again, but packets handed to b before the outage are still
+        // inside quinn: they would arrive late, so b waits until they have left.
+        let stuck = LaneSample {
+            quinn_queued_bytes: 200,
+            ..drained(&e, b, 1000)
+        };
+        e.handle_lane_sample(b, stuck, at(410));
+        assert_eq!(e.lanes_up(), 1);
+        e.handle_lane_sample(b, drained(&e, b, 1001), at(420));
+        assert_eq!(e.lanes_up(), 2);
+        assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1), "one stall");
+    }
+
+    #[test]
+    fn a_lane_answered_within_its_timeout_stays_up_however_sparse_the_answers() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        // An answer every 60 ms: a packet waits at most 60 ms for one (timeout: 65).
+        let b_last = run_two_lanes(&mut e, (a, b), 10..=2000, |t| t % 60 == 0, |_| true);
+        assert_eq!(b_last, Some(2000));
+        assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(0));
+    }
+
+    #[test]
+    fn one_unanswered_packet_is_a_loss_not_a_dead_path() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // One packet, sent at 100 ms: it or its acknowledgement is lost, and the peer
+        // stays silent (its keep-alives lost too) until the idle bound.
+        e.handle_lane_sample(b, sample(1400, 100), at(100));
+        assert_eq!(sent_on(&mut e, &pkt, at(100)), Some(b));
+        for t in (110..=490).step_by(10) {
+            let sent = LaneSample {
+                transmitted_datagrams: 1,
+                ..sample(1400, 100)
+            };
+            e.handle_lane_sample(b, sent, at(t));
+            e.handle_timeout(at(t));
+            assert_eq!(e.lanes_up(), 1, "at {t} ms");
+        }
+        e.handle_lane_sample(b, sample(1400, 100), at(500));
+        assert_eq!(e.lanes_up(), 0, "silent for {LANE_STALL:?}");
+    }
+
+    #[test]
+    fn a_packet_quinn_holds_back_is_not_waiting_for_an_answer() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        // b's congestion window holds its packets from 100 ms to 300 ms (quinn waits
+        // for a loss to be declared); its peer answers whatever b sends.
+        let sends = |t| !(100..300).contains(&t);
+        let b_last = run_two_lanes(&mut e, (a, b), 10..=1000, sends, sends);
+        assert_eq!(b_last, Some(1000));
+        assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(0));
+        // Packets that do leave and get no answer still count.
+        let b_last = run_two_lanes(&mut e, (a, b), 1010..=1200, |t| t <= 1050, |_| true);
+        assert_eq!(b_last, Some(1050 + 60), "{b_last:?}");
+        assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1));
     }
 
     #[test]

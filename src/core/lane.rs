@@ -109,6 +109,9 @@ pub struct LaneSample {
     /// Datagrams and their bytes quinn accepted for sending so far.
     pub sent_packets: u64,
     pub sent_bytes: u64,
+    /// Datagrams quinn has put on the wire so far (its congestion window may hold
+    /// accepted ones back).
+    pub transmitted_datagrams: u64,
     /// Datagrams quinn refused so far because they no longer fit the path (its MTU
     /// shrank after the packet was scheduled).
     pub refused_datagrams: u64,

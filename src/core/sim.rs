@@ -71,6 +71,7 @@ impl SimLane {
             dequeued_bytes: self.dequeued_bytes,
             sent_packets: self.sent_packets,
             sent_bytes: self.sent_bytes,
+            transmitted_datagrams: self.sent_packets,
             refused_datagrams: 0,
             abandoned_datagrams: 0,
         }

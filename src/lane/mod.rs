@@ -18,6 +18,7 @@ use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
+use crate::core::engine::PEER_ACK_DELAY;
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
 use dscp::{DscpSocket, Marking};
@@ -28,7 +29,7 @@ const KEEP_ALIVE: Duration = Duration::from_millis(100);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// quinn's own datagram queue: small, so that queueing happens in braid where it is
 /// measured (the lane's `fill`) and dropped deliberately.
-pub const QUINN_DATAGRAM_SEND_BUFFER: usize = 64 * 1024;
+const QUINN_DATAGRAM_SEND_BUFFER: usize = 64 * 1024;
 /// Received datagrams waiting for the driver.
 const QUINN_DATAGRAM_RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
 /// Kernel socket buffers of a lane's UDP socket.
@@ -80,6 +81,11 @@ pub fn transport_config(v6_path: bool) -> quinn::TransportConfig {
         .datagram_receive_buffer_size(Some(QUINN_DATAGRAM_RECEIVE_BUFFER))
         .max_concurrent_uni_streams(0u8.into())
         .congestion_controller_factory(Arc::new(cc::LaneControllerFactory));
+    // Quick acknowledgements even when little flows, so that a path that died shows
+    // within a few round trips (`answer_timeout`).
+    let mut acks = quinn::AckFrequencyConfig::default();
+    acks.max_ack_delay(Some(PEER_ACK_DELAY));
+    t.ack_frequency_config(Some(acks));
     t
 }
 

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Failover: how long flows stop when the path behind an uplink dies, and how soon a
+path that returns is used again, in braid's namespace testbed.
+
+Three uplinks of 20 Mbit/s with one-way delays of 5, 10 and 15 ms (round trips of
+10 to 30 ms). A VoIP-like UDP flow runs both ways (200-byte datagrams, 50 per second,
+one-way delay and loss measured by integration/probe.py), alone for two seconds, then
+beside a TCP download (CUBIC). Three seconds into the download the path behind the
+uplink that carries the VoIP flow dies: its router drops everything it would forward,
+both ways, silently (neither gateway's interface goes down). After HOLD seconds the
+path returns.
+
+Reported per run: the longest gap between VoIP datagrams arriving (each way) and the
+datagrams lost from a second before the cut until the path returns (and, apart, in
+the two seconds after), the download's goodput in the 100 ms intervals after the cut (as a
+share of its mean over the second before the cut; the intervals are iperf3's, aligned
+to the cut within about 10 ms), the time until the returning path carried packets again,
+and the lanes each gateway took out of service (`braid_lane_stalls_total`).
+
+A second variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
+way, and every lane taken out of service is a false failover.
+
+Usage (root): integration/bench_failover.py --braid target/release/braid
+              [--runs afmt,afmt-flowlet,round-robin] [--variants cut,lossy] [--hold 1,5]
+
+A run names the scheduler; RUN@BINARY uses that braid binary instead of --braid's, so
+that two builds are measured side by side in one invocation. --hold lists how long
+the path stays dead, one cut per value (below QUIC's idle timeout of 3 s the lanes
+survive; above it they reconnect).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+from benchlib import inns, metrics_text, sh
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTBED = os.path.join(HERE, "testbed.sh")
+PROBE = os.path.join(HERE, "probe.py")
+SERVER = "198.18.100.2"
+CLIENT = "198.18.1.2"
+RATES = [20, 20, 20]
+DELAYS = [5, 10, 15]
+VOIP = {"size": 200, "kbps": 80}  # 50 datagrams per second
+VOIP_PORTS = {"down": 6001, "up": 6002}
+ALONE_SECONDS = 2
+BEFORE_CUT_SECONDS = 3
+AFTER_RETURN_SECONDS = 3
+LOSSY_SECONDS = 20
+NAME = "bfail"
+
+
+def now_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def lane_counts(text, metric):
+    """{uplink: value} of a lane metric summed over colours."""
+    out = {}
+    for m in re.finditer(rf'^braid_{metric}\{{[^}}]*uplink="([^"]+)"[^}}]*\}} (\S+)$', text, re.M):
+        out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+def cut(router, dead):
+    """Drops (`dead`) or lets through again everything router `router` forwards."""
+    if dead:
+        sh(*inns(NAME, router, "nft", "add", "table", "inet", "cut"))
+        sh(*inns(NAME, router, "nft", "add", "chain", "inet", "cut", "forward",
+                 "{ type filter hook forward priority 0; policy drop; }"))
+    else:
+        sh(*inns(NAME, router, "nft", "delete", "table", "inet", "cut"))
+
+
+def voip(tmp, seconds):
+    """Starts the VoIP flow both ways; returns its processes."""
+    procs = []
+    for direction, port in VOIP_PORTS.items():
+        receiver = "cl" if direction == "down" else "sv"
+        procs.append(subprocess.Popen(inns(NAME, receiver, "python3", PROBE, "recv", str(port), "--seconds",
+                                           str(seconds + 2), "--out", f"{tmp}/{direction}.json")))
+    time.sleep(0.3)
+    for direction, port in VOIP_PORTS.items():
+        sender, target = ("sv", CLIENT) if direction == "down" else ("cl", SERVER)
+        procs.append(subprocess.Popen(inns(NAME, sender, "python3", PROBE, "send", target, str(port), "--kbps",
+                                           str(VOIP["kbps"]), "--size", str(VOIP["size"]), "--seconds",
+                                           str(seconds))))
+    return procs
+
+
+def gaps(data, start_ns, end_ns):
+    """The longest gap between arrivals (ms) and the datagrams lost among those sent
+    in [start_ns, end_ns)."""
+    samples = [s for s in data["samples"] if start_ns <= s[1] < end_ns]
+    if not samples:
+        return float("nan"), float("nan")
+    arrivals = sorted(s[1] + s[2] for s in samples)
+    longest = max((b - a for a, b in zip(arrivals, arrivals[1:])), default=0) / 1e6
+    seqs = [s[0] for s in samples]
+    lost = max(seqs) - min(seqs) + 1 - len(set(seqs))
+    return longest, lost
+
+
+def run_one(variant, label, hold, braid, linkemu):
+    algorithm, _, binary = label.partition("@")
+    braid = os.path.abspath(binary) if binary else braid
+    env = dict(os.environ, RATES=" ".join(map(str, RATES)), DELAYS=" ".join(map(str, DELAYS)),
+               SCHEDULER=algorithm, BRAID=braid, LINKEMU=linkemu)
+    if variant == "lossy":
+        env["LOSS"] = " ".join("5" for _ in RATES)
+    sh("bash", TESTBED, "up", NAME, env=env)
+    try:
+        sh("bash", TESTBED, "start", NAME, env=env)
+        download_seconds = (LOSSY_SECONDS if variant == "lossy"
+                            else BEFORE_CUT_SECONDS + hold + AFTER_RETURN_SECONDS)
+        total = ALONE_SECONDS + download_seconds + 1
+        server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1"), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = voip(tmp, total)
+            time.sleep(ALONE_SECONDS - 1)
+            before = lane_counts(metrics_text(NAME, "ex"), "lane_tx_packets_total")
+            time.sleep(1)
+            after = lane_counts(metrics_text(NAME, "ex"), "lane_tx_packets_total")
+            voip_uplink = max(after, key=lambda u: after[u] - before.get(u, 0))
+            stalls_before = {role: lane_counts(metrics_text(NAME, role), "lane_stalls_total") for role in ("en", "ex")}
+            iperf_started = now_ns()
+            download = subprocess.Popen(inns(NAME, "cl", "iperf3", "-c", SERVER, "-R", "-t", str(download_seconds),
+                                             "-C", "cubic", "-i", "0.1", "-J"), stdout=subprocess.PIPE, text=True)
+            row = {"run": label, "variant": variant, "hold_s": hold, "voip_uplink": voip_uplink}
+            if variant == "cut":
+                time.sleep(BEFORE_CUT_SECONDS - 0.5)
+                bytes_before = lane_counts(metrics_text(NAME, "ex"), "lane_tx_bytes_total")
+                time.sleep(0.5)
+                bytes_after = lane_counts(metrics_text(NAME, "ex"), "lane_tx_bytes_total")
+                total_bytes = sum(bytes_after.values()) - sum(bytes_before.values())
+                row["cut_share"] = ((bytes_after[voip_uplink] - bytes_before.get(voip_uplink, 0)) / total_bytes
+                                    if total_bytes else 0.0)
+                router = "r" + voip_uplink.removeprefix("up")
+                cut(router, True)
+                cut_at = now_ns()
+                time.sleep(hold)
+                cut(router, False)
+                returned_at = now_ns()
+                row["return_s"] = float("nan")
+                while now_ns() - returned_at < 10e9:
+                    text = metrics_text(NAME, "en")
+                    if re.search(rf'^braid_uplink_up\{{[^}}]*uplink="{voip_uplink}"[^}}]*\}} 1$', text, re.M):
+                        row["return_s"] = (now_ns() - returned_at) / 1e9
+                        break
+                    time.sleep(0.05)
+            out, _ = download.communicate()
+            for p in procs:
+                p.wait()
+            report = json.loads(out)
+            voip_data = {}
+            for direction in VOIP_PORTS:
+                with open(f"{tmp}/{direction}.json") as f:
+                    voip_data[direction] = json.load(f)
+        server.kill()
+        stalls = {role: sum(lane_counts(metrics_text(NAME, role), "lane_stalls_total").values())
+                  - sum(stalls_before[role].values()) for role in ("en", "ex")}
+        row["stalls"] = stalls
+        intervals = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6)
+                     for i in report["intervals"]]
+        if variant == "cut":
+            cut_s = (cut_at - iperf_started) / 1e9
+            row["voip"] = {d: gaps(voip_data[d], cut_at - 1_000_000_000, returned_at) for d in VOIP_PORTS}
+            row["voip_return"] = {d: gaps(voip_data[d], returned_at, returned_at + 2_000_000_000)
+                                  for d in VOIP_PORTS}
+            pre = [mbps for start, end, mbps in intervals if cut_s - 1 <= start and end <= cut_s]
+            pre_mean = sum(pre) / len(pre) if pre else float("nan")
+            post = [mbps for start, end, mbps in intervals if start >= cut_s - 0.05][:5]
+            row["pre_cut_mbps"] = pre_mean
+            row["after_cut_share"] = [mbps / pre_mean for mbps in post]
+        else:
+            row["voip"] = {d: gaps(voip_data[d], 0, 2**63) for d in VOIP_PORTS}
+            row["goodput_mbps"] = report["end"]["sum_received"]["bits_per_second"] / 1e6
+        return row
+    finally:
+        sh("bash", TESTBED, "down", NAME, env=env)
+
+
+def report(rows):
+    cuts = [r for r in rows if r["variant"] == "cut"]
+    if cuts:
+        print(f"\n== cut: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms; the path behind the uplink of a "
+              f"50 packets/s VoIP flow dies beside a TCP download")
+        print(f"{'run':34} {'hold s':>6} {'uplink':>6} {'share':>6} {'VoIP gap down/up ms':>20} "
+              f"{'lost down/up':>12} {'TCP goodput per 100 ms after the cut (share of before)':>40} "
+              f"{'return s':>8} {'stalls en/ex':>12} {'after the return: gap ms, lost':>30}")
+        for r in cuts:
+            v = r["voip"]
+            shares = " ".join(f"{s:.2f}" for s in r["after_cut_share"])
+            print(f"{r['run']:34} {r['hold_s']:6.1f} {r['voip_uplink']:>6} {r['cut_share']:6.2f} "
+                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
+                  f"{shares:>40} {r['return_s']:8.2f} {r['stalls']['en']:5.0f} / {r['stalls']['ex']:<4.0f} "
+                  + " ".join(f"{d} {g:.0f}, {lost:.0f}" for d, (g, lost) in r["voip_return"].items()))
+    lossy = [r for r in rows if r["variant"] == "lossy"]
+    if lossy:
+        print(f"\n== lossy: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms, 5 % loss each way, "
+              f"{LOSSY_SECONDS} s of TCP download and VoIP flow; nothing is cut")
+        print(f"{'run':34} {'false failovers en/ex':>22} {'VoIP gap down/up ms':>20} {'goodput Mbit/s':>15}")
+        for r in lossy:
+            v = r["voip"]
+            print(f"{r['run']:34} {r['stalls']['en']:10.0f} / {r['stalls']['ex']:<9.0f} "
+                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--braid", required=True)
+    p.add_argument("--linkemu")
+    p.add_argument("--runs", default="afmt,afmt-flowlet,round-robin")
+    p.add_argument("--variants", default="cut,lossy")
+    p.add_argument("--hold", default="1,5")
+    p.add_argument("--out", default="bench-out")
+    args = p.parse_args()
+    linkemu = args.linkemu or os.path.join(os.path.dirname(os.path.abspath(args.braid)), "braid-linkemu")
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for variant in args.variants.split(","):
+        holds = [float(h) for h in args.hold.split(",")] if variant == "cut" else [0.0]
+        for hold in holds:
+            for label in args.runs.split(","):
+                rows.append(run_one(variant, label, hold, args.braid, linkemu))
+    report(rows)
+    with open(os.path.join(args.out, "failover.json"), "w") as f:
+        json.dump(rows, f)
+
+
+if __name__ == "__main__":
+    main()
