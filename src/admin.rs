@@ -93,21 +93,29 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: Cancellat
         }
         let admin = admin.clone();
         connections.spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let admin = admin.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(req, &admin).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            if let Err(e) = serve_connection(stream, admin).await {
                 debug!(%peer, error = %e, "admin connection failed");
             }
         });
     }
     connections.shutdown().await;
+}
+
+/// Serves the requests of one connection (a TCP stream, or any byte stream: the
+/// fuzz target feeds it raw bytes) until the client is done.
+pub async fn serve_connection(
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    admin: Arc<Admin>,
+) -> hyper::Result<()> {
+    let service = hyper::service::service_fn(move |req| {
+        let admin = admin.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(req, &admin).await) }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
 }
 
 async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
