@@ -46,6 +46,10 @@ bash docker/check.sh
 # A short pass of every fuzz target over its seeds and what it finds in 10 s: a
 # crash fails the suite (longer runs: integration/fuzz.sh SECONDS).
 bash integration/fuzz.sh 10
+# A minute's soak: mixed traffic while uplinks flap and the exit restarts; fails on a
+# panic, a dead gateway, growth or lost connectivity (an hour: --seconds 3600).
+python3 integration/soak.py --braid target/debug/braid --seconds 60 --restart-every 25 \
+    --flap-every 3 --out target/soak
 # Library, binaries and integration tests; the crate has no doc tests, and their
 # empty run would otherwise be the suite's last line.
 cargo test --locked --lib --bins --tests

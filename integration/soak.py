@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Soak: braid under mixed traffic for a given time while uplinks flap at random and
+the exit restarts now and then, in braid's namespace testbed. Fails on a panic, a
+gateway that died, growth of memory or file descriptors, or lost connectivity.
+
+Three uplinks of 20 Mbit/s with one-way delays of 5, 10 and 15 ms. Traffic: TCP
+downloads and uploads (iperf3, 10 s each, taking turns) and a 20 packets/s UDP probe
+each way (integration/probe.py). Every few seconds one uplink's router, picked at
+random, changes state: its path dies (drops everything, both ways, silently), turns
+lossy (drops 10 % at random) or comes back clean; at least one uplink stays clean.
+Every --restart-every seconds (at random, around it) the exit is stopped (SIGTERM)
+and started again.
+
+Every 5 s it records each gateway's memory (RSS), file descriptors and threads, the
+lanes up at the entry, and the TCP goodput; it writes them to DIR/soak.json and
+prints them with a summary.
+
+Verdict, each a failure on its own:
+  - "panicked" in a gateway's log, or a gateway that exits without being told to;
+  - the entry's RSS at the end more than 50 % and 30 MB above its median over the
+    second fifth of the run (after warm-up), or its file descriptors 20 above;
+  - the UDP probe silent for more than 3 s in either direction outside the first
+    8 s after an exit restart (the lanes reconnect then).
+
+Usage (root): integration/soak.py --braid target/release/braid [--seconds 3600]
+              [--restart-every 300] [--flap-every 5] [--seed 1] [--out bench-out]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+from benchlib import inns, metrics_text, sh
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTBED = os.path.join(HERE, "testbed.sh")
+PROBE = os.path.join(HERE, "probe.py")
+NAME = "soak"
+STATE = f"/tmp/braid-testbed/{NAME}"
+SERVER = "198.18.100.2"
+CLIENT = "198.18.1.2"
+UPLINKS = 3
+PROBE_PORTS = {"down": 6101, "up": 6102}
+SAMPLE_EVERY = 5
+# After an exit restart the lanes reconnect (backoff from 200 ms): the probe may be
+# silent that long.
+RESTART_GRACE = 8.0
+MAX_SILENCE = 3.0
+
+
+def now_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def pid_of(gateway):
+    with open(f"{STATE}/{gateway}.pid") as f:
+        return int(f.read().strip())
+
+
+# Exits this script started again, by pid: they are its children, and a child that
+# ended stays a zombie (still signallable) until it is waited for.
+RESTARTED = {}
+
+
+def alive(pid):
+    if pid in RESTARTED:
+        return RESTARTED[pid].poll() is None
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def proc_sample(pid):
+    """(RSS in MB, open file descriptors, threads) of a process."""
+    with open(f"/proc/{pid}/status") as f:
+        status = f.read()
+    rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
+    threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))
+    return rss, len(os.listdir(f"/proc/{pid}/fd")), threads
+
+
+def set_uplink(index, state):
+    """Puts the path behind uplink `index` in `state`: clean, dead or lossy."""
+    router = f"r{index}"
+    sh(*inns(NAME, router, "nft", "delete", "table", "inet", "soak"), check=False)
+    if state == "clean":
+        return
+    sh(*inns(NAME, router, "nft", "add", "table", "inet", "soak"))
+    sh(*inns(NAME, router, "nft", "add", "chain", "inet", "soak", "forward",
+             "{ type filter hook forward priority 0; }"))
+    rule = ["drop"] if state == "dead" else ["numgen", "random", "mod", "100", "<", "10", "drop"]
+    sh(*inns(NAME, router, "nft", "add", "rule", "inet", "soak", "forward", *rule))
+
+
+def restart_exit(braid):
+    pid = pid_of("exit")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        raise RuntimeError("the exit did not stop within 10 s of SIGTERM")
+    with open(f"{STATE}/exit.log", "a") as log:
+        # `ip netns exec` execs the gateway: the child's pid is the gateway's.
+        child = subprocess.Popen(["ip", "netns", "exec", f"{NAME}-ex", braid, "run", "--config",
+                                  f"{STATE}/exit.toml"], stdout=log, stderr=log, start_new_session=True)
+    RESTARTED[child.pid] = child
+    with open(f"{STATE}/exit.pid", "w") as f:
+        f.write(str(child.pid))
+
+
+def traffic(stop, goodput):
+    """iperf3 downloads and uploads, 10 s each, taking turns until `stop`."""
+    server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    reverse = True
+    try:
+        while not stop.is_set():
+            args = ["iperf3", "-c", SERVER, "-t", "10", "-J"] + (["-R"] if reverse else [])
+            r = subprocess.run(inns(NAME, "cl", *args), capture_output=True, text=True)
+            mbps = float("nan")
+            try:
+                mbps = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+            except (ValueError, KeyError):
+                pass  # a run cut short by an exit restart: counted as no goodput
+            goodput.append((time.monotonic(), "down" if reverse else "up", mbps))
+            reverse = not reverse
+    finally:
+        server.kill()
+
+
+def longest_silence(samples, windows):
+    """The longest time (s) between probe arrivals outside `windows` [(start, end) ns]."""
+    arrivals = sorted(s[1] + s[2] for s in samples)
+    worst = 0.0
+    for a, b in zip(arrivals, arrivals[1:]):
+        if any(start <= b and a <= end for start, end in windows):
+            continue
+        worst = max(worst, (b - a) / 1e9)
+    return worst
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--braid", required=True)
+    p.add_argument("--linkemu")
+    p.add_argument("--seconds", type=int, default=3600)
+    p.add_argument("--restart-every", type=float, default=300)
+    p.add_argument("--flap-every", type=float, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="bench-out")
+    args = p.parse_args()
+    braid = os.path.abspath(args.braid)
+    linkemu = args.linkemu or os.path.join(os.path.dirname(braid), "braid-linkemu")
+    rng = random.Random(args.seed)
+    env = dict(os.environ, RATES=" ".join(["20"] * UPLINKS), DELAYS="5 10 15", BRAID=braid, LINKEMU=linkemu)
+    os.makedirs(args.out, exist_ok=True)
+    sh("bash", TESTBED, "up", NAME, env=env)
+    failures, timeline, goodput, restarts = [], [], [], []
+    flaps = 0
+    stop = threading.Event()
+    try:
+        sh("bash", TESTBED, "start", NAME, env=env)
+        with tempfile.TemporaryDirectory() as tmp:
+            probes = []
+            for direction, port in PROBE_PORTS.items():
+                receiver = "cl" if direction == "down" else "sv"
+                probes.append(subprocess.Popen(inns(NAME, receiver, "python3", PROBE, "recv", str(port), "--seconds",
+                                                    str(args.seconds + 3), "--out", f"{tmp}/{direction}.json")))
+            time.sleep(0.3)
+            for direction, port in PROBE_PORTS.items():
+                sender, target = ("sv", CLIENT) if direction == "down" else ("cl", SERVER)
+                probes.append(subprocess.Popen(inns(NAME, sender, "python3", PROBE, "send", target, str(port),
+                                                    "--kbps", "32", "--size", "200", "--seconds",
+                                                    str(args.seconds))))
+            load = threading.Thread(target=traffic, args=(stop, goodput))
+            load.start()
+            start = time.monotonic()
+            states = ["clean"] * UPLINKS
+            next_flap = start + args.flap_every
+            next_restart = start + args.restart_every * rng.uniform(0.5, 1.5)
+            next_sample = start
+            entry_pid = pid_of("site1")
+            while time.monotonic() - start < args.seconds:
+                t = time.monotonic()
+                if t >= next_flap:
+                    i = rng.randrange(UPLINKS)
+                    state = rng.choice(["dead", "lossy", "clean", "clean"])
+                    others_clean = any(s == "clean" for j, s in enumerate(states) if j != i)
+                    if state == "clean" or others_clean:
+                        set_uplink(i + 1, state)
+                        states[i] = state
+                        flaps += 1
+                    next_flap = t + args.flap_every * rng.uniform(0.5, 1.5)
+                if t >= next_restart:
+                    restart_exit(braid)
+                    restarts.append(now_ns())
+                    next_restart = t + args.restart_every * rng.uniform(0.5, 1.5)
+                if t >= next_sample:
+                    row = {"t": round(t - start, 1), "uplinks": list(states)}
+                    for gateway in ("site1", "exit"):
+                        pid = pid_of(gateway)
+                        if not alive(pid):
+                            raise RuntimeError(f"{gateway} (pid {pid}) is gone at {row['t']} s")
+                        row[gateway] = dict(zip(("rss_mb", "fds", "threads"), proc_sample(pid)))
+                    try:
+                        text = metrics_text(NAME, "en")
+                        row["uplinks_up"] = len(re.findall(r'^braid_uplink_up\{site="site1"[^}]*\} 1$', text, re.M))
+                    except RuntimeError:
+                        row["uplinks_up"] = None
+                    row["goodput_mbps"] = goodput[-1][2] if goodput else None
+                    timeline.append(row)
+                    print(f"{row['t']:7.1f} s  uplinks {' '.join(s[0] for s in states)}  up {row['uplinks_up']}  "
+                          f"entry {row['site1']['rss_mb']:.1f} MB {row['site1']['fds']} fds "
+                          f"{row['site1']['threads']} thr  exit {row['exit']['rss_mb']:.1f} MB "
+                          f"{row['exit']['fds']} fds {row['exit']['threads']} thr  "
+                          f"goodput {row['goodput_mbps'] or 0:.1f} Mbit/s", flush=True)
+                    next_sample = t + SAMPLE_EVERY
+                time.sleep(0.1)
+            if pid_of("site1") != entry_pid:
+                failures.append("the entry's pid changed")
+            stop.set()
+            for i in range(UPLINKS):
+                set_uplink(i + 1, "clean")
+            for proc in probes:
+                proc.wait()
+            load.join()
+            silence = {}
+            windows = [(r, r + int(RESTART_GRACE * 1e9)) for r in restarts]
+            for direction in PROBE_PORTS:
+                with open(f"{tmp}/{direction}.json") as f:
+                    data = json.load(f)
+                silence[direction] = longest_silence(data["samples"], windows)
+                if silence[direction] > MAX_SILENCE:
+                    failures.append(f"the {direction} probe was silent for {silence[direction]:.1f} s "
+                                    f"(at most {MAX_SILENCE} s outside exit restarts)")
+    except Exception as e:
+        failures.append(f"{type(e).__name__}: {e}")
+        silence = {}
+    finally:
+        stop.set()
+        for gateway in ("exit", "site1"):
+            try:
+                with open(f"{STATE}/{gateway}.log") as f:
+                    panics = [line for line in f if "panicked" in line]
+                if panics:
+                    failures.append(f"{gateway} panicked: {panics[0].strip()}")
+            except OSError:
+                pass
+        sh("bash", TESTBED, "down", NAME, env=env, check=False)
+
+    summary = {"seconds": args.seconds, "flaps": flaps, "exit_restarts": len(restarts),
+               "longest_probe_silence_s": silence, "failures": failures}
+    if len(timeline) >= 5:
+        warm = timeline[len(timeline) // 5: max(len(timeline) * 2 // 5, len(timeline) // 5 + 1)]
+        base_rss = statistics.median(r["site1"]["rss_mb"] for r in warm)
+        base_fds = statistics.median(r["site1"]["fds"] for r in warm)
+        end = timeline[-1]["site1"]
+        summary["entry"] = {"rss_mb_start": timeline[0]["site1"]["rss_mb"], "rss_mb_warm": base_rss,
+                            "rss_mb_end": end["rss_mb"], "fds_start": timeline[0]["site1"]["fds"],
+                            "fds_end": end["fds"], "threads_end": end["threads"]}
+        summary["exit"] = {"rss_mb_end": timeline[-1]["exit"]["rss_mb"], "fds_end": timeline[-1]["exit"]["fds"]}
+        if end["rss_mb"] > base_rss * 1.5 and end["rss_mb"] > base_rss + 30:
+            failures.append(f"the entry's memory grew from {base_rss:.1f} to {end['rss_mb']:.1f} MB")
+        if end["fds"] > base_fds + 20:
+            failures.append(f"the entry's file descriptors grew from {base_fds:.0f} to {end['fds']}")
+    measured = [g for _, _, g in goodput if g == g]
+    summary["goodput_mbps_mean"] = statistics.mean(measured) if measured else 0.0
+    with open(os.path.join(args.out, "soak.json"), "w") as f:
+        json.dump({"summary": summary, "timeline": timeline, "goodput": goodput}, f)
+    print(json.dumps(summary, indent=2))
+    if failures:
+        print("SOAK FAILED:\n  " + "\n  ".join(failures))
+        raise SystemExit(1)
+    print("soak passed")
+
+
+if __name__ == "__main__":
+    main()
