@@ -70,7 +70,61 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
     let huge = vec![b' '; 17 << 20];
     let (status, _) = tb.admin_request("en", "PUT", PACING, Some(&token), &huge);
     assert_eq!(status, 413);
+    // Wrongly typed fields and a prefix that is none.
+    for bad in [
+        r#"{"version": "six", "apps": []}"#,
+        r#"{"version": 6, "apps": [{"name": "a", "match": {"remote_prefix": "300.1.2.3/33"}}]}"#,
+    ] {
+        let (status, body) = put(&tb, Some(&token), bad);
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    // Wrong methods and resources.
+    for (method, path, expected) in [
+        ("DELETE", PACING, 405),
+        ("POST", "/metrics", 405),
+        ("GET", "/v1/nothing/here", 404),
+        ("GET", "/v1/sites/site9/apps", 404),
+    ] {
+        let (status, body) = tb.admin_request("en", method, path, None, b"");
+        assert_eq!(status, expected, "{method} {path}: {body}");
+    }
+    // Malformed HTTP and oversized headers: hyper answers and closes the connection.
+    let huge_header = format!(
+        "GET /metrics HTTP/1.1\r\nX-Filler: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    );
+    for (request, expected) in [
+        (b"GARBAGE\r\n\r\n".to_vec(), "400"),
+        (b"GET /metrics HTTP/9.9\r\n\r\n".to_vec(), "400"),
+        (huge_header.into_bytes(), "431"),
+    ] {
+        let answer = tb.admin_raw("en", &request);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {expected}")),
+            "{:?} answered {answer:?}",
+            String::from_utf8_lossy(&request[..request.len().min(40)])
+        );
+    }
     assert_eq!(current(&tb), 0, "refused tables changed nothing");
+    // Every refusal is counted: the answered ones by status, the connections hyper
+    // ended by the HTTP error counter.
+    let answered = |code: &str| {
+        tb.metric(
+            "en",
+            &format!("braid_admin_requests_total{{code=\"{code}\"}}"),
+        )
+    };
+    assert_eq!(answered("401"), 2.0);
+    assert_eq!(answered("400"), 5.0);
+    assert_eq!(answered("413"), 1.0);
+    assert_eq!(answered("405"), 2.0);
+    assert_eq!(answered("404"), 2.0);
+    assert_eq!(tb.metric("en", "braid_admin_connections_failed_total"), 3.0);
+    assert_eq!(
+        tb.admin_get("en", "/healthz").0,
+        200,
+        "the gateway serves on"
+    );
 
     // The real thing, through the controller's command-line client.
     let file = tb.path("table.json");

@@ -107,15 +107,26 @@ pub async fn serve_connection(
     stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     admin: Arc<Admin>,
 ) -> hyper::Result<()> {
+    let metrics = admin.metrics.clone();
     let service = hyper::service::service_fn(move |req| {
         let admin = admin.clone();
-        async move { Ok::<_, std::convert::Infallible>(handle(req, &admin).await) }
+        async move {
+            let response = handle(req, &admin).await;
+            admin
+                .metrics
+                .count_admin_request(response.status().as_u16());
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
-    hyper::server::conn::http1::Builder::new()
+    let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service)
-        .await
+        .await;
+    if served.is_err() {
+        metrics.count_admin_connection_failed();
+    }
+    served
 }
 
 async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {

@@ -44,6 +44,8 @@ pub struct Metrics {
     reseq_packets: IntCounterVec,
     reseq_hold: Arc<DelayHistograms>,
     pub flows_active: IntGauge,
+    admin_requests: IntCounterVec,
+    admin_connections_failed: IntCounter,
     app_target: IntGaugeVec,
     app_tx_bytes: IntCounterVec,
     app_queue: IntGaugeVec,
@@ -223,6 +225,26 @@ impl Metrics {
                 registry.register(Box::new(g.clone()))?;
                 g
             },
+            admin_requests: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "admin_requests_total",
+                        "Admin API requests answered, by HTTP status code",
+                    ),
+                    &["code"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            admin_connections_failed: {
+                let c = IntCounter::new(
+                    "admin_connections_failed_total",
+                    "Admin API connections ended by an HTTP error: a malformed request, \
+                     headers too large or too slow",
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
             app_target: gauge(
                 "app_rate_target_bps",
                 "The application's paced rate (0: unpaced)",
@@ -326,6 +348,18 @@ impl Metrics {
     /// Records how many lanes are up, for `/healthz`.
     pub fn set_lanes_up(&self, n: usize) {
         self.lanes_up.store(n, Ordering::Relaxed);
+    }
+
+    /// Counts an admin request answered with `status`.
+    pub fn count_admin_request(&self, status: u16) {
+        self.admin_requests
+            .with_label_values(&[&status.to_string()])
+            .inc();
+    }
+
+    /// Counts an admin connection that ended in an HTTP error.
+    pub fn count_admin_connection_failed(&self) {
+        self.admin_connections_failed.inc();
     }
 
     pub fn lanes_up(&self) -> usize {

@@ -204,27 +204,34 @@ impl Testbed {
             body.len(),
             token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n")),
         );
-        let body = body.to_vec();
-        in_netns(&self.ns(role), move || -> anyhow::Result<(u16, String)> {
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        let text = self.admin_raw(role, request)?;
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .with_context(|| format!("no HTTP status in {text:?}"))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// Sends `request`, any bytes, to a gateway's admin API and returns whatever it
+    /// answered until it closed the connection (or 5 s passed).
+    pub fn admin_raw(&self, role: &str, request: Vec<u8>) -> anyhow::Result<String> {
+        in_netns(&self.ns(role), move || -> anyhow::Result<String> {
             let mut s = std::net::TcpStream::connect(ADMIN)
                 .with_context(|| format!("connecting to the admin API on {ADMIN}"))?;
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            s.write_all(head.as_bytes())?;
-            // The server may answer (413) before taking the whole body.
-            let _ = s.write_all(&body);
+            // The server may answer (413, 431) before taking the whole request.
+            let _ = s.write_all(&request);
             let mut raw = Vec::new();
-            s.read_to_end(&mut raw)?;
-            let text = String::from_utf8_lossy(&raw).to_string();
-            let status = text
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .with_context(|| format!("no HTTP status in {text:?}"))?;
-            let body = text
-                .split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_string())
-                .unwrap_or_default();
-            Ok((status, body))
+            // A server that resets the connection after answering is done too.
+            let _ = s.read_to_end(&mut raw);
+            Ok(String::from_utf8_lossy(&raw).to_string())
         })?
     }
 

@@ -217,6 +217,12 @@ impl Testbed {
         self.check(answer)
     }
 
+    /// Sends `request`, any bytes, to a gateway's admin API; whatever it answered.
+    pub fn admin_raw(&self, role: &str, request: &[u8]) -> String {
+        let answer = self.inner.admin_raw(role, request.to_vec());
+        self.check(answer)
+    }
+
     /// A gateway's whole `/metrics` text.
     pub fn metrics(&self, role: &str) -> String {
         let metrics = self.inner.metrics(role);

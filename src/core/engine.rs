@@ -1695,6 +1695,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn packets_to_link_local_and_link_scope_multicast_destinations_are_dropped_and_counted() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        lane_up(&mut e, "a", "dsl", 1400, at(0));
+        for dst in ["169.254.1.1", "224.0.0.251", "224.0.0.22"] {
+            assert_eq!(
+                sent_on(&mut e, &tcp_v4("198.18.0.2", 1, dst, 80), at(1)),
+                None
+            );
+        }
+        assert_eq!(e.dropped(DropReason::LinkLocal), 3);
+        // A routable destination beside them is carried.
+        assert!(sent_on(&mut e, &tcp_v4("198.18.0.2", 1, "203.0.113.1", 80), at(1)).is_some());
+    }
+
+    #[test]
     fn one_unanswered_packet_is_a_loss_not_a_dead_path() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let b = lane_up(&mut e, "a", "lte", 1400, at(0));
