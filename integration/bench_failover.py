@@ -18,7 +18,9 @@ to the cut within about 10 ms), the time until the returning path carried packet
 and the lanes each gateway took out of service (`braid_lane_stalls_total`).
 
 A second variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
-way, and every lane taken out of service is a false failover.
+way, and every lane taken out of service is a false failover. A third, `idle`,
+carries no traffic: what the lanes' keep-alives and acknowledgements cost, counted on
+the first uplink's router for 10 s.
 
 Usage (root): integration/bench_failover.py --braid target/release/braid
               [--runs afmt,afmt-flowlet,round-robin] [--variants cut,lossy] [--hold 1,5]
@@ -105,6 +107,22 @@ def gaps(data, start_ns, end_ns):
     return longest, lost
 
 
+def idle_cost(label):
+    """Packets and bits per second the idle first uplink carries, both ways."""
+    def counters():
+        text = sh(*inns(NAME, "r1", "cat", "/proc/net/dev"))
+        # The router's side towards the entry: the interface that is not lo.
+        line = next(l for l in text.splitlines()[2:] if not l.strip().startswith("lo:"))
+        f = line.split(":", 1)[1].split()
+        return int(f[1]) + int(f[9]), int(f[0]) + int(f[8])  # packets, bytes
+    time.sleep(2)
+    (p0, b0), start = counters(), time.monotonic()
+    time.sleep(10)
+    (p1, b1), seconds = counters(), time.monotonic() - start
+    return {"run": label, "variant": "idle", "packets_per_s": (p1 - p0) / seconds,
+            "kbps": (b1 - b0) * 8 / seconds / 1000}
+
+
 def run_one(variant, label, hold, braid, linkemu):
     algorithm, _, binary = label.partition("@")
     braid = os.path.abspath(binary) if binary else braid
@@ -115,6 +133,8 @@ def run_one(variant, label, hold, braid, linkemu):
     sh("bash", TESTBED, "up", NAME, env=env)
     try:
         sh("bash", TESTBED, "start", NAME, env=env)
+        if variant == "idle":
+            return idle_cost(label)
         download_seconds = (LOSSY_SECONDS if variant == "lossy"
                             else BEFORE_CUT_SECONDS + hold + AFTER_RETURN_SECONDS)
         total = ALONE_SECONDS + download_seconds + 1
@@ -211,12 +231,21 @@ def report(rows):
                   f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f}")
 
 
+def report_idle(rows):
+    idle = [r for r in rows if r["variant"] == "idle"]
+    if idle:
+        print("\n== idle: what an uplink without traffic carries (its green and blue lanes, both ways)")
+        print(f"{'run':34} {'packets/s':>10} {'kbit/s':>8}")
+        for r in idle:
+            print(f"{r['run']:34} {r['packets_per_s']:10.1f} {r['kbps']:8.1f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--braid", required=True)
     p.add_argument("--linkemu")
     p.add_argument("--runs", default="afmt,afmt-flowlet,round-robin")
-    p.add_argument("--variants", default="cut,lossy")
+    p.add_argument("--variants", default="cut,lossy,idle")
     p.add_argument("--hold", default="1,5")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args()
@@ -224,11 +253,14 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for variant in args.variants.split(","):
+        if variant not in ("cut", "lossy", "idle"):
+            raise SystemExit(f"unknown variant {variant!r}: cut, lossy or idle")
         holds = [float(h) for h in args.hold.split(",")] if variant == "cut" else [0.0]
         for hold in holds:
             for label in args.runs.split(","):
                 rows.append(run_one(variant, label, hold, args.braid, linkemu))
     report(rows)
+    report_idle(rows)
     with open(os.path.join(args.out, "failover.json"), "w") as f:
         json.dump(rows, f)
 
