@@ -42,6 +42,29 @@ pub struct Admin {
     pub status: Arc<std::sync::Mutex<Status>>,
 }
 
+impl Admin {
+    /// An admin API of its own, for tests and the fuzz target: a fresh registry, the
+    /// given sites without tables or a state file, tables sent to `commands`.
+    pub fn detached(
+        sites: Vec<String>,
+        token: Option<String>,
+        commands: tokio::sync::mpsc::Sender<crate::driver::DriverCommand>,
+    ) -> anyhow::Result<Admin> {
+        Ok(Admin {
+            metrics: Arc::new(Metrics::new()?),
+            pacing: Arc::new(PacingControl::new(
+                sites,
+                Default::default(),
+                None,
+                commands,
+                Arc::default(),
+            )),
+            token,
+            status: Arc::default(),
+        })
+    }
+}
+
 /// Reads `admin.token_file`: its first line, which must not be empty.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
@@ -292,18 +315,7 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (commands, _driver) = tokio::sync::mpsc::channel(1);
-        let admin = Arc::new(Admin {
-            metrics: Arc::new(Metrics::new().expect("metrics")),
-            pacing: Arc::new(PacingControl::new(
-                vec!["site1".into()],
-                Default::default(),
-                None,
-                commands,
-                Arc::default(),
-            )),
-            token: None,
-            status: Arc::default(),
-        });
+        let admin = Arc::new(Admin::detached(vec!["site1".into()], None, commands).expect("admin"));
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(serve(listener, admin, shutdown.clone()));
         // Clients that connect and say nothing hold every slot...

@@ -3,12 +3,10 @@
 //! connection.
 #![no_main]
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use braid::admin::{Admin, serve_connection};
 use braid::driver::DriverCommand;
-use braid::metrics::Metrics;
-use braid::pacing_control::PacingControl;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::AsyncWriteExt;
 use tokio::runtime::Runtime;
@@ -32,19 +30,8 @@ fn setup() -> &'static (Runtime, Arc<Admin>) {
                 }
             }
         });
-        let admin = Admin {
-            metrics: Arc::new(Metrics::new().expect("metrics")),
-            pacing: Arc::new(PacingControl::new(
-                vec!["site1".into()],
-                Default::default(),
-                None,
-                commands,
-                Arc::new(Mutex::new(Vec::new())),
-            )),
-            token: Some(TOKEN.into()),
-            status: Arc::default(),
-        };
-        (runtime, Arc::new(admin))
+        let admin = Admin::detached(vec!["site1".into()], Some(TOKEN.into()), commands);
+        (runtime, Arc::new(admin.expect("admin")))
     })
 }
 
