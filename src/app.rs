@@ -43,8 +43,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     };
     // The controller's last tables: a restart must not lose them.
     let tables = match &config.pacing.state_file {
-        Some(path) => pacing_control::load_state(path, &site_ids)
-            .map_err(|e| anyhow::anyhow!("pacing.state_file: {e:#}"))?,
+        Some(path) => pacing_control::load_state_or_set_aside(path, &site_ids),
         None => pacing_control::Tables::new(),
     };
     let token = config

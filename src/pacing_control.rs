@@ -47,6 +47,30 @@ pub fn load_state(path: &Path, sites: &[String]) -> anyhow::Result<Tables> {
     Ok(tables)
 }
 
+/// Reads the state file at start. One that cannot be read or is not a state file
+/// must not keep the gateway from carrying traffic: it starts without tables (the
+/// controller's next PUT brings them back), says so, and renames the file to
+/// `NAME.corrupt`, where it stays for a look and the next table cannot overwrite it.
+pub fn load_state_or_set_aside(path: &Path, sites: &[String]) -> Tables {
+    let error = match load_state(path, sites) {
+        Ok(tables) => return tables,
+        Err(e) => e,
+    };
+    let mut aside = path.as_os_str().to_os_string();
+    aside.push(".corrupt");
+    let aside = PathBuf::from(aside);
+    match std::fs::rename(path, &aside) {
+        Ok(()) => tracing::error!(
+            "pacing.state_file: {error:#}; starting without pacing tables, the file is kept as {}",
+            aside.display()
+        ),
+        Err(e) => tracing::error!(
+            "pacing.state_file: {error:#}; starting without pacing tables (it cannot be set aside either: {e})"
+        ),
+    }
+    Tables::new()
+}
+
 /// Writes `bytes` to a temporary file beside `path`, syncs it, renames it over
 /// `path` and syncs the directory (created if missing): a crash at any moment leaves
 /// the old file or the new one, whole.
@@ -278,6 +302,34 @@ mod tests {
             format!("{e:#}").contains("site site1: version: invalid type"),
             "{e:#}"
         );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_corrupt_state_file_is_set_aside_and_the_gateway_starts_without_tables() {
+        let dir = temp_dir("corrupt");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("pacing.json");
+        let sites = vec!["site1".to_string()];
+        let mut tables = Tables::new();
+        tables.insert("site1".into(), table(4));
+        write_atomically(&path, &serde_json::to_vec(&tables).expect("json")).expect("save");
+        assert_eq!(
+            load_state_or_set_aside(&path, &sites),
+            tables,
+            "a good file loads"
+        );
+        for garbage in [
+            &b"\x00\xffnot json"[..],
+            b"{\"site1\": {\"version\": -1}}",
+            b"",
+        ] {
+            std::fs::write(&path, garbage).expect("write");
+            assert!(load_state_or_set_aside(&path, &sites).is_empty());
+            assert!(!path.exists(), "set aside");
+            let aside = dir.join("pacing.json.corrupt");
+            assert_eq!(std::fs::read(&aside).expect("kept"), garbage);
+        }
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
