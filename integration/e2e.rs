@@ -489,6 +489,18 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
                 .write(&mut buf, b"spoof")
                 .expect("build");
             conn.send_datagram(buf.into()).expect("datagram");
+            // A second hello on a lane that has had its own, then more stream data
+            // than a message: the exit never reads it, and flow control stops the
+            // peer at one message's worth (4 KiB), so it cannot fill the exit's
+            // memory.
+            let (mut second, _) = conn.open_bi().await.expect("a second stream");
+            second.write_all(&hello("site1").encode()).await.expect("second hello");
+            let flood = tokio::time::timeout(
+                Duration::from_millis(500),
+                second.write_all(&[0; 64 * 1024]),
+            )
+            .await;
+            let stream_flood_blocked = flood.is_err();
             tokio::time::sleep(Duration::from_millis(300)).await;
             // Close properly, so that the exit stops scheduling onto this lane now
             // rather than at its idle timeout.
@@ -498,10 +510,15 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
                 foreign_ca.err().map(|e| format!("{e:#}")),
                 wrong_site.err().map(|e| format!("{e:#}")),
                 unserved.err().map(|e| format!("{e:#}")),
+                stream_flood_blocked,
             )
         })
     });
-    let (foreign_ca, wrong_site, unserved) = results;
+    let (foreign_ca, wrong_site, unserved, stream_flood_blocked) = results;
+    assert!(
+        stream_flood_blocked,
+        "64 KiB of stream data nobody reads were taken from a lane"
+    );
     println!("foreign CA: {foreign_ca:?}\nwrong site: {wrong_site:?}\nunserved: {unserved:?}");
     assert!(
         foreign_ca.is_some(),

@@ -21,6 +21,7 @@ use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
 use crate::core::engine::PEER_ACK_DELAY;
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
+use crate::core::wire::MAX_MESSAGE_LEN;
 use dscp::{DscpSocket, Marking};
 
 /// Keep-alives keep SRTT fresh on idle lanes and reveal dead uplinks.
@@ -79,7 +80,14 @@ pub fn transport_config(v6_path: bool) -> quinn::TransportConfig {
         .max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .datagram_send_buffer_size(QUINN_DATAGRAM_SEND_BUFFER)
         .datagram_receive_buffer_size(Some(QUINN_DATAGRAM_RECEIVE_BUFFER))
+        // Lanes carry datagrams; their one stream is the hello. A peer can open one
+        // stream at a time and make the other end hold at most a message per stream
+        // (an authenticated site must not be able to fill the exit's memory with
+        // stream data nobody reads).
         .max_concurrent_uni_streams(0u8.into())
+        .max_concurrent_bidi_streams(1u8.into())
+        .stream_receive_window(quinn::VarInt::from_u32(MAX_MESSAGE_LEN as u32))
+        .receive_window(quinn::VarInt::from_u32(2 * MAX_MESSAGE_LEN as u32))
         .congestion_controller_factory(Arc::new(cc::LaneControllerFactory));
     // Quick acknowledgements even when little flows, so that a path that died shows
     // within a few round trips (`answer_timeout`).
