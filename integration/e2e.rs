@@ -441,7 +441,7 @@ fn tls_client(
 }
 
 #[test]
-fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
+fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garbage() {
     let tb = Testbed::up("e2eauth", &[("RATES", "0")]);
     tb.start();
     let state = tb.state.clone();
@@ -451,6 +451,17 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
     braid::cert::init_ca(&foreign).expect("foreign CA");
     braid::cert::issue(&foreign, "site1").expect("foreign cert");
     braid::cert::issue(&state, "site9").expect("site9 cert");
+    // site1's certificates from the real CA, one expired, one not valid yet.
+    let validity = |dir: &str, from_day, to_day| {
+        let dir = state.join(dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        for f in ["ca.pem", "ca.key"] {
+            std::fs::copy(state.join(f), dir.join(f)).expect("copy the CA");
+        }
+        braid::cert::issue_valid(&dir, "site1", from_day, to_day).expect("cert");
+        dir
+    };
+    let (expired, not_yet) = (validity("expired", -30, -1), validity("later", 1, 30));
 
     let results = in_netns(&tb.ns("en"), move || {
         runtime().block_on(async move {
@@ -471,6 +482,8 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
             let foreign_ca = open(tls_client(&foreign, &state, "site1"), "site1").await;
             let wrong_site = open(tls_client(&state, &state, "site1"), "site2").await;
             let unserved = open(tls_client(&state, &state, "site9"), "site9").await;
+            let expired = open(tls_client(&expired, &state, "site1"), "site1").await;
+            let not_yet = open(tls_client(&not_yet, &state, "site1"), "site1").await;
 
             // Garbage at the exit's UDP port.
             let udp = std::net::UdpSocket::bind(any).expect("udp");
@@ -511,10 +524,15 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
                 wrong_site.err().map(|e| format!("{e:#}")),
                 unserved.err().map(|e| format!("{e:#}")),
                 stream_flood_blocked,
+                expired.is_err() && not_yet.is_err(),
             )
         })
     });
-    let (foreign_ca, wrong_site, unserved, stream_flood_blocked) = results;
+    let (foreign_ca, wrong_site, unserved, stream_flood_blocked, out_of_date_refused) = results;
+    assert!(
+        out_of_date_refused,
+        "an expired or not yet valid certificate was accepted"
+    );
     assert!(
         stream_flood_blocked,
         "64 KiB of stream data nobody reads were taken from a lane"
@@ -535,7 +553,7 @@ fn the_exit_refuses_foreign_certificates_false_site_ids_and_garbage() {
             .contains("not served by this exit")
     );
     for (reason, at_least) in [
-        ("unauthenticated", 3.0),
+        ("unauthenticated", 5.0),
         ("malformed", 10.0),
         ("spoofed", 1.0),
     ] {

@@ -46,6 +46,18 @@ pub fn init_ca(dir: &Path) -> anyhow::Result<()> {
 /// Issues a certificate for `name` (a site id, or the exit's name) signed by the CA in
 /// `ca_dir`, written as `ca_dir/NAME.pem` and `ca_dir/NAME.key`.
 pub fn issue(ca_dir: &Path, name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    issue_valid(ca_dir, name, -1, 365 * LEAF_YEARS)
+}
+
+/// [`issue`] with a certificate valid from `from_day` to `to_day`, days from now (a
+/// negative day is in the past): tests give gateways expired certificates and ones
+/// not valid yet.
+pub fn issue_valid(
+    ca_dir: &Path,
+    name: &str,
+    from_day: i64,
+    to_day: i64,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
     check_name("name", name)?;
     let ca_pem = read(&ca_dir.join("ca.pem"))?;
     let ca_key = KeyPair::from_pem(&read(&ca_dir.join("ca.key"))?)
@@ -61,7 +73,9 @@ pub fn issue(ca_dir: &Path, name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
-    set_validity(&mut params, LEAF_YEARS);
+    let now = crate::clock::wall_now();
+    params.not_before = now + time::Duration::days(from_day);
+    params.not_after = now + time::Duration::days(to_day);
     let cert = params
         .signed_by(&key, &issuer)
         .context("signing the certificate")?;
