@@ -502,6 +502,27 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
                 .write(&mut buf, b"spoof")
                 .expect("build");
             conn.send_datagram(buf.into()).expect("datagram");
+            // The same from an IPv6 source outside site1's prefixes.
+            let mut buf = vec![0; braid::core::wire::DATAGRAM_HEADER_LEN];
+            etherparse::PacketBuilder::ipv6(
+                "fd00:2::2".parse::<std::net::Ipv6Addr>().expect("v6").octets(),
+                "fd00:100::2".parse::<std::net::Ipv6Addr>().expect("v6").octets(),
+                64,
+            )
+            .udp(1, 2)
+            .write(&mut buf, b"spoof")
+            .expect("build");
+            conn.send_datagram(buf.into()).expect("datagram");
+            // Truncated: shorter than braid's header, and an IPv4 packet whose header
+            // claims more bytes than it has.
+            conn.send_datagram(bytes::Bytes::from_static(&[0, 0, 0])).expect("datagram");
+            let mut buf = vec![0; braid::core::wire::DATAGRAM_HEADER_LEN];
+            etherparse::PacketBuilder::ipv4([198, 18, 1, 2], [198, 18, 100, 2], 64)
+                .udp(1, 2)
+                .write(&mut buf, &[0; 64])
+                .expect("build");
+            buf.truncate(buf.len() - 40);
+            conn.send_datagram(buf.into()).expect("datagram");
             // A second hello on a lane that has had its own, then more stream data
             // than a message: the exit never reads it, and flow control stops the
             // peer at one message's worth (4 KiB), so it cannot fill the exit's
@@ -554,8 +575,8 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
     );
     for (reason, at_least) in [
         ("unauthenticated", 5.0),
-        ("malformed", 10.0),
-        ("spoofed", 1.0),
+        ("malformed", 12.0),
+        ("spoofed", 2.0),
     ] {
         let n = tb.metric(
             "ex",
