@@ -21,7 +21,17 @@ use crate::core::lane::Colour;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Short: a path that returns must be used again within two seconds, and a failed
+/// attempt costs a few Initial packets.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long one attempt (handshake and hello) may take once the uplink's round trip
+/// is known: four of them, and at least this. quinn resends a lost Initial after 1 s,
+/// then 2 s, then 4 s; a fresh attempt starts over, so a path that comes back during
+/// a long outage is found within about a second, not at quinn's next resend.
+const SHORT_ATTEMPT: Duration = Duration::from_millis(1500);
+/// Every third attempt in a row, and every attempt before a round trip is known, may
+/// take the whole [`HELLO_TIMEOUT`]: the path may have become slower than it was.
+const LONG_ATTEMPT_EVERY: u32 = 3;
 /// A lane that stayed up this long starts its next backoff from the minimum again.
 const STABLE_LANE: Duration = Duration::from_secs(10);
 
@@ -153,9 +163,20 @@ impl Dialer {
         async move {
             let mut backoff = MIN_BACKOFF;
             let mut failures = 0u32;
+            // The round trip of the uplink's last lane (zero: none yet).
+            let mut last_rtt = Duration::ZERO;
             loop {
+                let limit = if last_rtt.is_zero()
+                    || failures % LONG_ATTEMPT_EVERY == LONG_ATTEMPT_EVERY - 1
+                {
+                    HELLO_TIMEOUT
+                } else {
+                    (4 * last_rtt).max(SHORT_ATTEMPT)
+                };
                 let attempt = tokio::select! {
-                    r = self.connect() => r,
+                    r = tokio::time::timeout(limit, self.connect()) => r.unwrap_or_else(|_| {
+                        Err(anyhow!("no lane within {limit:?} (handshake and hello)"))
+                    }),
                     () = shutdown.cancelled() => return,
                 };
                 match attempt {
@@ -175,7 +196,10 @@ impl Dialer {
                             return; // the driver is gone: shutting down
                         }
                         tokio::select! {
-                            reason = conn.closed() => warn!(%reason, "lane down"),
+                            reason = conn.closed() => {
+                                warn!(%reason, "lane down");
+                                last_rtt = conn.rtt();
+                            }
                             () = shutdown.cancelled() => {
                                 conn.close(0u32.into(), b"shutdown");
                                 return;
