@@ -124,24 +124,25 @@ def restart_exit(braid):
 
 
 def traffic(stop, goodput):
-    """iperf3 downloads and uploads, 10 s each, taking turns until `stop`."""
-    server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
+    """iperf3 downloads and uploads, 10 s each, taking turns until `stop`. Each run
+    has a server of its own and at most 30 s: a run cut short (its control connection
+    lost in an exit restart) must not block the next."""
     reverse = True
-    try:
-        while not stop.is_set():
-            args = ["iperf3", "-c", SERVER, "-t", "10", "-J"] + (["-R"] if reverse else [])
-            r = subprocess.run(inns(NAME, "cl", *args), capture_output=True, text=True)
-            mbps = float("nan")
-            try:
-                mbps = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
-            except (ValueError, KeyError):
-                pass  # a run cut short by an exit restart: counted as no goodput
-            goodput.append((time.monotonic(), "down" if reverse else "up", mbps))
-            reverse = not reverse
-    finally:
+    while not stop.is_set():
+        server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1"), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        args = ["iperf3", "-c", SERVER, "-t", "10", "-J"] + (["-R"] if reverse else [])
+        mbps = float("nan")  # a run cut short counts as no goodput
+        try:
+            r = subprocess.run(inns(NAME, "cl", *args), capture_output=True, text=True, timeout=30)
+            mbps = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+        except (subprocess.TimeoutExpired, ValueError, KeyError):
+            pass
         server.kill()
+        server.wait()
+        goodput.append((time.monotonic(), "down" if reverse else "up", mbps))
+        reverse = not reverse
 
 
 def longest_silence(samples, windows):
@@ -282,6 +283,8 @@ def main():
                 failures.append(f"the entry's file descriptors grew from {base_fds:.0f} to {end['fds']}")
     measured = [g for _, _, g in goodput if g == g]
     summary["goodput_mbps_mean"] = statistics.mean(measured) if measured else 0.0
+    summary["tcp_runs"] = len(goodput)
+    summary["tcp_runs_cut_short"] = len(goodput) - len(measured)
     with open(os.path.join(args.out, "soak.json"), "w") as f:
         json.dump({"summary": summary, "timeline": timeline, "goodput": goodput}, f)
     print(json.dumps(summary, indent=2))
