@@ -19,6 +19,7 @@ pub mod lane_cc;
 pub mod pacer;
 pub mod pacing_table;
 pub mod packet;
+pub mod redial;
 pub mod reseq;
 pub mod route;
 pub mod sched;

@@ -4,7 +4,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use tokio::sync::{mpsc, watch};
@@ -18,22 +17,8 @@ use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{EntryConfig, UplinkConfig};
 use crate::core::lane::Colour;
+use crate::core::redial::Redial;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
-
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
-/// Short: a path that returns must be used again within two seconds, and a failed
-/// attempt costs a few Initial packets.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// How long one attempt (handshake and hello) may take once the uplink's round trip
-/// is known: four of them, and at least this. quinn resends a lost Initial after 1 s,
-/// then 2 s, then 4 s; a fresh attempt starts over, so a path that comes back during
-/// a long outage is found within about a second, not at quinn's next resend.
-const SHORT_ATTEMPT: Duration = Duration::from_millis(1500);
-/// Every third attempt in a row, and every attempt before a round trip is known, may
-/// take the whole [`HELLO_TIMEOUT`]: the path may have become slower than it was.
-const LONG_ATTEMPT_EVERY: u32 = 3;
-/// A lane that stayed up this long starts its next backoff from the minimum again.
-const STABLE_LANE: Duration = Duration::from_secs(10);
 
 /// The entry's dialers, one per configured uplink, started and stopped as the
 /// configuration says (at start and at every reload).
@@ -161,18 +146,9 @@ impl Dialer {
     ) {
         let span = info_span!("lane", uplink = %self.uplink.name, colour = self.colour.as_str());
         async move {
-            let mut backoff = MIN_BACKOFF;
-            let mut failures = 0u32;
-            // The round trip of the uplink's last lane (zero: none yet).
-            let mut last_rtt = Duration::ZERO;
+            let mut redial = Redial::new(HELLO_TIMEOUT);
             loop {
-                let limit = if last_rtt.is_zero()
-                    || failures % LONG_ATTEMPT_EVERY == LONG_ATTEMPT_EVERY - 1
-                {
-                    HELLO_TIMEOUT
-                } else {
-                    (4 * last_rtt).max(SHORT_ATTEMPT)
-                };
+                let limit = redial.attempt_limit();
                 let attempt = tokio::select! {
                     r = tokio::time::timeout(limit, self.connect()) => r.unwrap_or_else(|_| {
                         Err(anyhow!("no lane within {limit:?} (handshake and hello)"))
@@ -182,7 +158,7 @@ impl Dialer {
                 match attempt {
                     Ok((conn, _endpoint)) => {
                         info!(peer = %conn.remote_address(), "lane up");
-                        failures = 0;
+                        redial.connected();
                         let up_since = clock.now();
                         let lane = NewLane {
                             conn: conn.clone(),
@@ -196,21 +172,16 @@ impl Dialer {
                             return; // the driver is gone: shutting down
                         }
                         tokio::select! {
-                            reason = conn.closed() => {
-                                warn!(%reason, "lane down");
-                                last_rtt = conn.rtt();
-                            }
+                            reason = conn.closed() => warn!(%reason, "lane down"),
                             () = shutdown.cancelled() => {
                                 conn.close(0u32.into(), b"shutdown");
                                 return;
                             }
                         }
-                        if clock.now().saturating_since(up_since) >= STABLE_LANE {
-                            backoff = MIN_BACKOFF;
-                        }
+                        redial.lane_down(clock.now().saturating_since(up_since), conn.rtt());
                     }
                     Err(e) => {
-                        failures += 1;
+                        let failures = redial.failed();
                         // The first failure in a row is worth a warning; repeats of an
                         // uplink that stays down are not.
                         if failures == 1 {
@@ -224,10 +195,9 @@ impl Dialer {
                     }
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(redial.next_wait()) => {}
                     () = shutdown.cancelled() => return,
                 }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
         .instrument(span)
