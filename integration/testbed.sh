@@ -173,11 +173,13 @@ prefixes = ["198.18.2.0/24", "fd00:2::/64"]
 CONF
 }
 
-# How many uplinks of SITE the gateway in namespace ROLE reports up (0 while its admin
-# API is not listening yet).
+# How many lanes, of every site and colour, the gateway in namespace ROLE reports up
+# (its /healthz; 0 while its admin API is not listening yet or no lane is up).
 lanes_up() {
-    inns "$1" bash -c 'exec 3<>/dev/tcp/127.0.0.1/9190 && printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' 2>/dev/null |
-        grep -c "^braid_uplink_up{site=\"$2\",.*} 1\r\?$" || true
+    local n
+    n=$(inns "$1" bash -c 'exec 3<>/dev/tcp/127.0.0.1/9190 && printf "GET /healthz HTTP/1.0\r\n\r\n" >&3 && cat <&3' 2>/dev/null |
+        sed -n 's/^ok: \([0-9]*\) lanes up.*/\1/p')
+    echo "${n:-0}"
 }
 
 start() {
@@ -201,19 +203,29 @@ start() {
         ip netns exec "$(ns e2)" "$braid" run --config "$state/site2.toml" >>"$state/site2.log" 2>&1 &
         echo $! >"$state/site2.pid"
     fi
-    # Ready when both ends of every uplink's lane are up and every site's client
-    # reaches the server through the tunnel.
+    # Ready when both ends of every uplink's green and blue lanes are up (a test that
+    # starts while one is still connecting sees its handshake) and every site's
+    # client reaches the server through the tunnel.
     local sites_up=("en site1 $uplinks"); ip netns list | grep -qw "$(ns e2)" && sites_up+=("e2 site2 1")
-    local s entry site n
+    local s entry site n exit_lanes=0
     for s in "${sites_up[@]}"; do
         read -r entry site n <<<"$s"
+        exit_lanes=$((exit_lanes + 2 * n))
         for _ in $(seq 100); do
-            [ "$(lanes_up "$entry" "$site")" -ge "$n" ] && [ "$(lanes_up ex "$site")" -ge "$n" ] && continue 2
+            [ "$(lanes_up "$entry")" -ge $((2 * n)) ] && continue 2
             sleep 0.1
         done
-        echo "error: $site has $(lanes_up "$entry" "$site") of $n uplinks up; see $state/*.log" >&2
+        echo "error: $site has $(lanes_up "$entry") of $((2 * n)) lanes up; see $state/*.log" >&2
         exit 1
     done
+    for _ in $(seq 100); do
+        [ "$(lanes_up ex)" -ge "$exit_lanes" ] && break
+        sleep 0.1
+    done
+    if [ "$(lanes_up ex)" -lt "$exit_lanes" ]; then
+        echo "error: the exit has $(lanes_up ex) of $exit_lanes lanes up; see $state/*.log" >&2
+        exit 1
+    fi
     local clients=(cl); ip netns list | grep -qw "$(ns c2)" && clients+=(c2)
     for c in "${clients[@]}"; do
         for _ in $(seq 100); do
