@@ -17,7 +17,8 @@ Usage (root): integration/bench_abe.py --braid target/release/braid [--variants 
               [--runs unknown-rate] [--seconds 20] [--rounds 1] [--out bench-out]
 
 A run is a way of configuring the uplinks: `unknown-rate` (no rate configured: braid
-learns each lane's rate from QUIC). A run written RUN@BINARY uses that braid binary
+learns each lane's rate from QUIC), `dsd` (each uplink's rate configured: braid shapes
+it and serves it with DSD) or `fifo` (the same, with one FIFO for both colours). A run written RUN@BINARY uses that braid binary
 instead of --braid's, so that two builds are measured side by side in one invocation
 (e.g. unknown-rate@old/braid,unknown-rate@new/braid); with --rounds N every run is
 repeated N times, taking turns, and the table shows the round with the median blue
@@ -52,7 +53,10 @@ VARIANTS = {
     "2up": {"rates": [10, 20], "delays": [10, 10], "downloads": {"blue": 5, "green": 5}},
     "5blue": {"rates": [10], "delays": [10], "downloads": {"blue": 5}},
 }
-RUNS = ["unknown-rate"]
+RUNS = ["unknown-rate", "dsd", "fifo"]
+# The testbed's settings for each run.
+RUN_ENV = {"unknown-rate": {}, "dsd": {"KNOWN_RATES": "1", "ABE_SCHEDULER": "dsd"},
+           "fifo": {"KNOWN_RATES": "1", "ABE_SCHEDULER": "fifo"}}
 IDLE_SECONDS = 3
 # Inner TOS of the green probe: DSCP 46 (EF), in abe.green_inner_dscp by default.
 GREEN_TOS = 0xB8
@@ -81,7 +85,7 @@ def run_one(variant, label, seconds, braid, linkemu):
     downloads = VARIANTS[variant]["downloads"]
     name = "babe"
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
-               BRAID=braid, LINKEMU=linkemu)
+               BRAID=braid, LINKEMU=linkemu, **RUN_ENV[mode])
     sh("bash", TESTBED, "up", name, env=env)
     try:
         sh("bash", TESTBED, "start", name, env=env)
@@ -151,6 +155,8 @@ def summarise(label, probes, reports, before, after):
         row["goodput_mbps"][colour] = r["end"]["sum_received"]["bits_per_second"] / 1e6
     drops = lambda text, reason: metric_sum(text, f'braid_packets_dropped_total{{reason="{reason}"}}')
     row["drops"] = {reason: drops(after, reason) - drops(before, reason) for reason in ("queue_delay", "queue_full")}
+    green = lambda text, reason: metric_sum(text, f'braid_abe_green_drops_total{{reason="{reason}"}}')
+    row["green_drops"] = {reason: green(after, reason) - green(before, reason) for reason in ("acceptance", "stale")}
     return row
 
 
@@ -188,11 +194,12 @@ def report(variant, rows, seconds):
     print(f"\n== {variant}: uplinks {v['rates']} Mbit/s, one-way delays {v['delays']} ms, {downloads} downloads "
           f"for {seconds} s, 1 Mbit/s probes of each colour")
     print(f"{'run':34} {'probe':6} {'idle ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'loss %':>7} "
-          f"{'goodput Mbit/s':>15} {'CoDel drops':>12}")
+          f"{'goodput Mbit/s':>15} {'CoDel drops':>12} {'green refused/stale':>20}")
     for r in rows:
         for colour, p in r["probes"].items():
             print(f"{r['run']:34} {colour:6} {p['idle_ms']:8.2f} {p['p50_ms']:7.1f} {p['p99_ms']:7.1f} "
-                  f"{p['loss_pct']:7.2f} {r['goodput_mbps'].get(colour, 0):15.2f} {r['drops']['queue_delay']:12.0f}")
+                  f"{p['loss_pct']:7.2f} {r['goodput_mbps'].get(colour, 0):15.2f} {r['drops']['queue_delay']:12.0f} "
+                  f"{r['green_drops']['acceptance']:>11.0f}/{r['green_drops']['stale']:<8.0f}")
         if len(r.get("rounds", [])) > 1:
             print(f"{'':34} every round, blue p99 ms: " + " ".join(f"{v:.1f}" for v in r["rounds"]))
 

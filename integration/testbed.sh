@@ -21,6 +21,9 @@
 #   SITES=1|2          whether the second site exists    BUFFER_MS=50  tbf queue length
 #   BRAID=path/to/braid  LINKEMU=path/to/braid-linkemu  (start, and up with delay/loss)
 #   SCHEDULER=afmt     scheduler.algorithm of both gateways
+#   KNOWN_RATES=1      configure site1's uplinks with their RATES (rate_up_kbps and
+#                      rate_down_kbps): braid shapes them and serves them with DSD
+#   ABE_SCHEDULER=dsd  abe.scheduler of both gateways (dsd or fifo)
 #
 # Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
 #   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
@@ -137,12 +140,22 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "token_file = \"admin.token\""
         echo "[pacing]"
         echo "state_file = \"pacing-$2.json\""
+        abe_section
         for ((i = 1; i <= n; i++)); do
             echo "[[uplinks]]"
             echo "name = \"up$i\""
             echo "interface = \"up$i\""
+            if [ "${KNOWN_RATES:-0}" = 1 ] && [ "$2" = site1 ] && [ "${rates[i - 1]:-0}" != 0 ]; then
+                echo "rate_up_kbps = $((rates[i - 1] * 1000))"
+                echo "rate_down_kbps = $((rates[i - 1] * 1000))"
+            fi
         done
     } >"$4"
+}
+
+abe_section() {
+    echo "[abe]"
+    echo "scheduler = \"${ABE_SCHEDULER:-dsd}\""
 }
 
 write_exit_config() {
@@ -171,6 +184,7 @@ prefixes = ["198.18.1.0/24", "fd00:1::/64"]
 id = "site2"
 prefixes = ["198.18.2.0/24", "fd00:2::/64"]
 CONF
+    abe_section >>"$1"
 }
 
 # How many lanes, of every site and colour, the gateway in namespace ROLE reports up

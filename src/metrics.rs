@@ -10,7 +10,7 @@ use prometheus::{
     Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::core::engine::{DataPath, LaneCounters, SiteIdx};
+use crate::core::engine::{DataPath, GreenDrops, LaneCounters, SiteIdx};
 use crate::core::lane::{Colour, LaneId};
 use crate::core::reseq::ReseqCounters;
 use crate::core::sched::DecisionKind;
@@ -27,6 +27,11 @@ pub struct Metrics {
     /// By `Colour as usize`.
     abe_packets: Vec<IntCounter>,
     abe_fallbacks: Vec<IntCounter>,
+    /// `abe_green_drops_total{reason}`: refused at arrival, gone stale.
+    green_acceptance_drops: IntCounter,
+    green_stale_drops: IntCounter,
+    /// DSD's g per shaped uplink.
+    green_bias: GaugeVec,
     /// `queue_delay_seconds{colour}`, one series per colour by `Colour as usize`.
     queue_delay: Arc<DelayHistograms>,
     uplink_up: IntGaugeVec,
@@ -107,6 +112,24 @@ impl Metrics {
             "abe_fallback_packets_total",
             "Packets that took the other colour's lanes because their colour had none up",
         )?;
+        let green_drops = IntCounterVec::new(
+            Opts::new(
+                "abe_green_drops_total",
+                "Green packets DSD dropped on uplinks of known rate: refused at arrival \
+                 (acceptance) or waited too long (stale)",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(green_drops.clone()))?;
+        let green_bias = GaugeVec::new(
+            Opts::new(
+                "abe_green_bias",
+                "DSD's g on an uplink of known rate: the probability that green goes first \
+                 when both colours can wait",
+            ),
+            &["site", "uplink"],
+        )?;
+        registry.register(Box::new(green_bias.clone()))?;
         let queue_delay = DelayHistograms::register(
             &registry,
             "queue_delay_seconds",
@@ -146,6 +169,9 @@ impl Metrics {
             dropped,
             abe_packets,
             abe_fallbacks,
+            green_acceptance_drops: green_drops.with_label_values(&["acceptance"]),
+            green_stale_drops: green_drops.with_label_values(&["stale"]),
+            green_bias,
             queue_delay,
             uplink_up: gauge(
                 "uplink_up",
@@ -478,6 +504,7 @@ pub struct Export {
     /// The colour counts last copied, by `Colour as usize`.
     colour_packets: [u64; 2],
     colour_fallbacks: [u64; 2],
+    green_drops: GreenDrops,
     /// Per site: its reordering counter and the count last copied.
     reordered: Vec<(IntCounter, u64)>,
     /// Per site: its resequencer counters and the counts last copied.
@@ -510,6 +537,7 @@ impl Export {
             drops: [0; DropReason::ALL.len()],
             colour_packets: [0; 2],
             colour_fallbacks: [0; 2],
+            green_drops: GreenDrops::default(),
             reordered: Vec::new(),
             reseq: Vec::new(),
             lanes: Vec::new(),
@@ -595,6 +623,20 @@ impl Export {
             self.metrics.abe_fallbacks[i].inc_by(fallbacks - self.colour_fallbacks[i]);
             self.colour_packets[i] = packets;
             self.colour_fallbacks[i] = fallbacks;
+        }
+        let green_drops = engine.green_drops();
+        self.metrics
+            .green_acceptance_drops
+            .inc_by(green_drops.acceptance - self.green_drops.acceptance);
+        self.metrics
+            .green_stale_drops
+            .inc_by(green_drops.stale - self.green_drops.stale);
+        self.green_drops = green_drops;
+        for shaper in engine.shapers() {
+            self.metrics
+                .green_bias
+                .with_label_values(&[engine.site_id(shaper.site), shaper.uplink])
+                .set(shaper.green_bias);
         }
         for (colour, (_, shown)) in Colour::ALL
             .iter()

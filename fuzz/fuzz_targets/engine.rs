@@ -1,5 +1,6 @@
 //! A gateway's data path as the fuzz targets drive it: one site, a green and a blue
-//! lane up, a pacing table with a paced and a green application.
+//! lane up on an uplink of known rate (shaped, DSD) and a blue lane on one of unknown
+//! rate, a pacing table with a paced and a green application.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use braid::core::engine::{
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::pacing_table::PacingTable;
 use braid::core::sched::Algorithm;
+use braid::core::shaper::{AbeScheduler, AbeSettings};
 use braid::core::time::Instant;
 
 const TABLE: &str = r#"{"version": 1, "apps": [
@@ -39,6 +41,12 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
         lane_stall: LANE_STALL,
         lane_queue_limit: LANE_QUEUE_LIMIT,
         green_inner_dscp: vec![46],
+        abe: AbeSettings {
+            scheduler: AbeScheduler::Dsd,
+            buffer_bytes: 250_000,
+            green_delay: Duration::from_millis(10),
+            control_interval: Duration::from_millis(100),
+        },
     });
     let table = PacingTable::parse(TABLE.as_bytes()).expect("a valid table");
     e.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);
@@ -53,7 +61,7 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
             uplink,
             colour,
             rank: 0,
-            rate_kbps: None,
+            rate_kbps: (uplink == "up1").then_some(10_000),
         };
         let id = e.handle_lane_up(up, Instant::ZERO).expect("site1");
         let sample = LaneSample {

@@ -19,6 +19,7 @@ use crate::cert::TlsConfig;
 use crate::core::engine::SiteSpec;
 use crate::core::field_error::FieldError;
 use crate::core::sched::Algorithm;
+pub use crate::core::shaper::AbeScheduler;
 use crate::core::wire::check_name;
 use raw::RawConfig;
 
@@ -91,12 +92,6 @@ pub struct SchedulerConfig {
 pub struct PacingConfig {
     pub state_file: Option<PathBuf>,
     pub default_rate_kbps: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AbeScheduler {
-    Dsd,
-    Fifo,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -529,7 +524,7 @@ fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, FieldError> {
         green_dscp: dscp("green_dscp", raw.green_dscp, 45)?,
         blue_dscp: dscp("blue_dscp", raw.blue_dscp, 0)?,
         green_inner_dscp,
-        green_delay: Duration::from_millis(raw.green_delay_ms.unwrap_or(20)),
+        green_delay: Duration::from_millis(raw.green_delay_ms.unwrap_or(10)),
         buffer_bytes: raw.buffer_bytes.unwrap_or(250_000),
         control_interval: Duration::from_millis(raw.control_interval_ms.unwrap_or(100)),
     })

@@ -310,6 +310,18 @@ impl<P> Dsd<P> {
         self.blue_bytes + self.green_bytes
     }
 
+    /// How long a packet arriving `now` would wait in the virtual FIFO, and the bytes
+    /// ahead of it there: flat best effort's queue, which an AQM in front manages.
+    pub fn virtual_backlog(&self, now: Instant) -> (Duration, u64) {
+        let wait = self.virtual_idle_at.saturating_since(now);
+        (wait, self.bytes_in(wait))
+    }
+
+    /// Serves at `rate_bps` from now on (the uplink's configured rate changed).
+    pub fn set_rate(&mut self, rate_bps: u64) {
+        self.config.rate_bps = rate_bps;
+    }
+
     #[cfg(test)]
     fn set_green_bias(&mut self, g: f64) {
         self.green_bias = g;

@@ -23,6 +23,7 @@ pub mod redial;
 pub mod reseq;
 pub mod route;
 pub mod sched;
+pub mod shaper;
 #[cfg(test)]
 mod sim;
 pub mod stats;

@@ -1,0 +1,442 @@
+//! The egress of an uplink of known rate (SPEC §5): braid sends no faster than the
+//! uplink carries, so that the queue forms here, where DSD decides who waits, and
+//! not in the modem's buffer, where nothing does.
+//!
+//! Contract: the engine hands in each datagram scheduled on one of the uplink's lanes
+//! with [`Shaper::enqueue`] (accepted or refused at once, with the reason), and calls
+//! [`Shaper::release`] no later than [`Shaper::next_release`]; released datagrams go to
+//! the uplink's current lane of the colour they were queued for. One shaper serves both
+//! lanes of an uplink, green and blue, as one modem carries both.
+//!
+//! The queue is DSD's ([`Dsd`]) under `abe.scheduler = "dsd"`, or one FIFO under
+//! `"fifo"` (every packet queued as blue: DSD then is exactly the drop-tail FIFO its
+//! virtual queue models). Either way flat best effort's FIFO is managed like every
+//! other queue inside braid, by time: CoDel and the `aqm::MAX_SOJOURN` bound judge
+//! the wait in the virtual FIFO, which is exact here (its backlog at the rate), and a
+//! packet whose duplicate they drop is dropped whatever its colour.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::aqm::{AqmDrop, CoDel};
+use super::dsd::{Dsd, DsdConfig, DsdDrop};
+use super::lane::{Colour, LaneId};
+use super::time::Instant;
+
+/// How an uplink of known rate is served (`abe.scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbeScheduler {
+    /// Duplicate Scheduling with Deadlines: green leaves within `green_delay`.
+    Dsd,
+    /// One FIFO for both colours, for comparison.
+    Fifo,
+}
+
+/// `[abe]`'s queueing settings, for every shaped uplink.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AbeSettings {
+    pub scheduler: AbeScheduler,
+    pub buffer_bytes: u64,
+    pub green_delay: Duration,
+    pub control_interval: Duration,
+}
+
+/// The share of the configured rate braid sends at. The uplink also carries what
+/// braid does not shape (the lanes' acknowledgements for the other direction, QUIC's
+/// keep-alives and handshakes): at the full rate those bytes would build a queue in
+/// the modem that never drains while braid's queue is busy.
+const SHAPED_SHARE_PERCENT: u64 = 95;
+
+/// Bytes an uplink carries per datagram beyond braid's: the outer IPv4 and UDP
+/// headers (28), QUIC's short header and DATAGRAM frame (about 16 with quinn's
+/// 8-byte connection ids) and the AEAD tag (16), and an Ethernet header (14) where
+/// the uplink's rate counts frames. Nominal: IPv6 uplinks carry 20 more.
+pub const OUTER_OVERHEAD: u64 = 74;
+
+/// How far the shaper catches up after a late wake-up: timers fire to the
+/// millisecond, so up to this much of the rate goes out at once.
+const MAX_BURST: Duration = Duration::from_millis(2);
+
+/// Why the shaper refused or dropped a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapeDrop {
+    /// Flat best effort's FIFO is full: its bytes, or `aqm::MAX_SOJOURN`.
+    QueueFull,
+    /// CoDel on flat best effort's FIFO.
+    QueueDelay,
+    /// Green that could not have left within `green_delay`.
+    GreenAcceptance,
+    /// Green that waited until it could no longer leave within `green_delay`.
+    GreenStale,
+}
+
+/// A datagram waiting for the uplink.
+#[derive(Debug)]
+struct Shaped {
+    datagram: Bytes,
+    /// The colour of the lane it was scheduled on.
+    lane_colour: Colour,
+    queued_at: Instant,
+}
+
+/// A datagram the shaper lets go: to the uplink's lane of `colour`.
+#[derive(Debug)]
+pub struct Released {
+    pub lane: Option<LaneId>,
+    pub colour: Colour,
+    pub datagram: Bytes,
+    /// How long it waited in the shaper.
+    pub waited: Duration,
+}
+
+pub struct Shaper {
+    /// The uplink's lanes by `Colour as usize`, as they are now.
+    lanes: [Option<LaneId>; 2],
+    scheduler: AbeScheduler,
+    dsd: Dsd<Shaped>,
+    codel: CoDel,
+    /// When the uplink has sent what the shaper let go.
+    next_send: Instant,
+    rate_kbps: u64,
+}
+
+impl Shaper {
+    pub fn new(rate_kbps: u64, settings: AbeSettings, now: Instant) -> Shaper {
+        let config = DsdConfig {
+            rate_bps: shaped_rate_bps(rate_kbps),
+            buffer_bytes: settings.buffer_bytes,
+            green_delay: settings.green_delay,
+            control_interval: settings.control_interval,
+        };
+        Shaper {
+            lanes: [None; 2],
+            scheduler: settings.scheduler,
+            dsd: Dsd::new(config, now),
+            codel: CoDel::default(),
+            next_send: now,
+            rate_kbps,
+        }
+    }
+
+    /// The uplink's lane of `colour` is `lane` from now on: what is queued for that
+    /// colour goes to it.
+    pub fn set_lane(&mut self, colour: Colour, lane: LaneId) {
+        self.lanes[colour as usize] = Some(lane);
+    }
+
+    /// `lane` is gone: what waits for it is dropped when let go, unless a lane of its
+    /// colour comes up first.
+    pub fn lane_closed(&mut self, lane: LaneId) {
+        for slot in &mut self.lanes {
+            if *slot == Some(lane) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// The uplink's configured rate, which may change when its lanes reconnect.
+    pub fn set_rate(&mut self, rate_kbps: u64) {
+        if rate_kbps != self.rate_kbps {
+            self.rate_kbps = rate_kbps;
+            self.dsd.set_rate(shaped_rate_bps(rate_kbps));
+        }
+    }
+
+    pub fn rate_kbps(&self) -> u64 {
+        self.rate_kbps
+    }
+
+    /// Bytes the uplink sends per second, as the shaper sends them.
+    pub fn rate_bytes_per_sec(&self) -> u64 {
+        shaped_rate_bps(self.rate_kbps) / 8
+    }
+
+    /// Queues a datagram scheduled on the uplink's lane of `lane_colour`, or says why
+    /// it is dropped. `mtu` is the largest datagram the uplink carries (a queue of one
+    /// packet is never a standing queue). `intended` is the wait the scheduler means
+    /// packets to have here, which the AQM does not count: AFMT queues on a short
+    /// uplink while a longer one takes more, as in a lane's own queue (`engine.rs`).
+    pub fn enqueue(
+        &mut self,
+        datagram: Bytes,
+        lane_colour: Colour,
+        mtu: u64,
+        intended: Duration,
+        now: Instant,
+    ) -> Result<(), ShapeDrop> {
+        self.dsd.poll_control(now);
+        let (wait, backlog) = self.dsd.virtual_backlog(now);
+        let excess = wait.saturating_sub(intended);
+        match self
+            .codel
+            .verdict(excess, backlog, mtu + OUTER_OVERHEAD, now)
+        {
+            Some(AqmDrop::TooLate) => return Err(ShapeDrop::QueueFull),
+            Some(AqmDrop::Standing) => return Err(ShapeDrop::QueueDelay),
+            None => {}
+        }
+        let wire_len = datagram.len() as u64 + OUTER_OVERHEAD;
+        let dsd_colour = match self.scheduler {
+            AbeScheduler::Dsd => lane_colour,
+            AbeScheduler::Fifo => Colour::Blue,
+        };
+        let shaped = Shaped {
+            datagram,
+            lane_colour,
+            queued_at: now,
+        };
+        self.dsd
+            .enqueue(shaped, wire_len, dsd_colour, now)
+            .map_err(|(_, why)| match why {
+                DsdDrop::BufferFull if dsd_colour == Colour::Blue => ShapeDrop::QueueFull,
+                DsdDrop::BufferFull | DsdDrop::Acceptance => ShapeDrop::GreenAcceptance,
+                DsdDrop::Stale => ShapeDrop::GreenStale,
+            })
+    }
+
+    /// Lets go of what the uplink can have sent by `now` into `out`, and counts green
+    /// packets that went stale into `stale`.
+    pub fn release(&mut self, now: Instant, out: &mut Vec<Released>, stale: &mut u64) {
+        self.next_send = self.next_send.max(now - MAX_BURST);
+        while self.next_send <= now {
+            // Decided as of the moment the uplink starts sending it, which a late
+            // wake-up has passed already.
+            let Some((shaped, _)) = self.dsd.dequeue(self.next_send, |_| *stale += 1) else {
+                break;
+            };
+            let wire_len = shaped.datagram.len() as u64 + OUTER_OVERHEAD;
+            self.next_send = self.next_send + self.dsd.transmission_time(wire_len);
+            out.push(Released {
+                lane: self.lanes[shaped.lane_colour as usize],
+                colour: shaped.lane_colour,
+                waited: now.saturating_since(shaped.queued_at),
+                datagram: shaped.datagram,
+            });
+        }
+    }
+
+    /// When [`Shaper::release`] has something to let go.
+    pub fn next_release(&self) -> Option<Instant> {
+        (self.dsd.queued_bytes() > 0).then_some(self.next_send)
+    }
+
+    /// Bytes waiting, both colours, counted as the uplink carries them.
+    pub fn queued_bytes(&self) -> u64 {
+        self.dsd.queued_bytes()
+    }
+
+    /// DSD's g: the probability that green goes first when both can wait.
+    pub fn green_bias(&self) -> f64 {
+        self.dsd.green_bias()
+    }
+}
+
+fn shaped_rate_bps(rate_kbps: u64) -> u64 {
+    (rate_kbps * 1000 * SHAPED_SHARE_PERCENT / 100).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::aqm;
+
+    fn settings(scheduler: AbeScheduler) -> AbeSettings {
+        AbeSettings {
+            scheduler,
+            buffer_bytes: 250_000,
+            green_delay: Duration::from_millis(10),
+            control_interval: Duration::from_millis(100),
+        }
+    }
+
+    fn at_us(us: u64) -> Instant {
+        Instant::from_nanos(us * 1000)
+    }
+
+    fn datagram(len: usize, tag: u8) -> Bytes {
+        Bytes::from(vec![tag; len])
+    }
+
+    #[test]
+    fn releases_at_the_shaped_rate_counting_the_outer_headers() {
+        // 10 Mbit/s configured: 9.5 Mbit/s shaped, 1500 wire bytes take 1263 µs.
+        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(1));
+        for i in 0..30 {
+            shaper
+                .enqueue(
+                    datagram(1426, i),
+                    Colour::Blue,
+                    1426,
+                    Duration::ZERO,
+                    at_us(0),
+                )
+                .expect("accepted");
+        }
+        let (mut out, mut stale) = (Vec::new(), 0);
+        // Released in 1 ms steps for 20 ms: 20 / 1.263 = 15.8, plus the first at 0.
+        for ms in 0..=20 {
+            shaper.release(at_us(ms * 1000), &mut out, &mut stale);
+        }
+        assert_eq!(out.len(), 16);
+        assert!(out.iter().all(|r| r.lane == Some(LaneId(1))));
+        assert_eq!(stale, 0);
+        let next = shaper.next_release().expect("more queued");
+        assert!(next > at_us(20_000) && next <= at_us(21_300), "{next:?}");
+    }
+
+    #[test]
+    fn a_late_wake_up_sends_at_most_a_short_burst() {
+        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Fifo), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(0));
+        for i in 0..20 {
+            shaper
+                .enqueue(
+                    datagram(1426, i),
+                    Colour::Blue,
+                    1426,
+                    Duration::ZERO,
+                    at_us(0),
+                )
+                .expect("accepted");
+        }
+        let (mut out, mut stale) = (Vec::new(), 0);
+        // Idle until 100 ms: 2 ms of credit at most, two packets and the one due now.
+        shaper.release(at_us(100_000), &mut out, &mut stale);
+        assert_eq!(out.len(), 2);
+    }
+
+    /// Blue at 10.4 Mbit/s (as the uplink counts it) into 9.5, and green at about
+    /// 1.1 Mbit/s, for two seconds released every millisecond: green's waits, and
+    /// the share of its packets sent.
+    fn overload(scheduler: AbeScheduler) -> (Vec<Duration>, f64) {
+        let mut shaper = Shaper::new(10_000, settings(scheduler), at_us(0));
+        shaper.set_lane(Colour::Green, LaneId(0));
+        shaper.set_lane(Colour::Blue, LaneId(1));
+        let (mut out, mut stale) = (Vec::new(), 0);
+        let mut green_sent = 0;
+        for us in (0..2_000_000).step_by(100) {
+            let now = at_us(us);
+            if us % 1100 == 0 {
+                let _ = shaper.enqueue(datagram(1426, 0), Colour::Blue, 1426, Duration::ZERO, now);
+            }
+            if us % 2000 == 0
+                && shaper
+                    .enqueue(datagram(200, 1), Colour::Green, 1426, Duration::ZERO, now)
+                    .is_ok()
+            {
+                green_sent += 1;
+            }
+            if us % 1000 == 0 {
+                shaper.release(now, &mut out, &mut stale);
+            }
+        }
+        let waits = out
+            .iter()
+            .filter(|r| r.colour == Colour::Green)
+            .map(|r| r.waited)
+            .collect();
+        (waits, (green_sent - stale) as f64 / 1000.0)
+    }
+
+    #[test]
+    fn under_overload_dsd_sends_green_within_its_delay_where_fifo_makes_it_queue() {
+        let (dsd_waits, dsd_share) = overload(AbeScheduler::Dsd);
+        let (fifo_waits, fifo_share) = overload(AbeScheduler::Fifo);
+        let max = |w: &[Duration]| w.iter().max().copied().unwrap_or_default();
+        let mean = |w: &[Duration]| w.iter().sum::<Duration>() / w.len().max(1) as u32;
+        eprintln!(
+            "dsd: green max {:?} mean {:?} sent {dsd_share}; fifo: max {:?} mean {:?} sent {fifo_share}",
+            max(&dsd_waits),
+            mean(&dsd_waits),
+            max(&fifo_waits),
+            mean(&fifo_waits)
+        );
+        // Within the 10 ms green delay, give or take the millisecond of release steps.
+        assert!(max(&dsd_waits) <= Duration::from_millis(11));
+        assert!(mean(&fifo_waits) > Duration::from_millis(10));
+        // The overload is blue's, which does not slow down: green loses packets either
+        // way, and under DSD no fewer than as blue (ABE's promise to blue).
+        assert!(
+            dsd_share > 0.3,
+            "green got {dsd_share} of its packets through"
+        );
+        assert!(dsd_share <= fifo_share);
+    }
+
+    #[test]
+    fn a_standing_queue_in_flat_best_effort_is_dropped_from_after_codels_interval() {
+        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(0));
+        let (mut out, mut stale) = (Vec::new(), 0);
+        let mut drops = Vec::new();
+        // 11 Mbit/s into 9.5: the virtual queue grows past CoDel's target.
+        for i in 0..1000u64 {
+            let now = at_us(i * 1000);
+            if let Err(why) =
+                shaper.enqueue(datagram(1300, 0), Colour::Blue, 1426, Duration::ZERO, now)
+            {
+                drops.push((i, why));
+            }
+            shaper.release(now, &mut out, &mut stale);
+            let (wait, _) = shaper.dsd.virtual_backlog(now);
+            assert!(
+                wait <= aqm::MAX_SOJOURN + Duration::from_millis(2),
+                "{wait:?}"
+            );
+        }
+        let first = drops.first().expect("some packet dropped");
+        assert!(first.0 >= 100, "dropped before an interval: {drops:?}");
+        assert_eq!(first.1, ShapeDrop::QueueDelay);
+    }
+
+    #[test]
+    fn green_is_refused_when_blue_fills_what_must_leave_within_its_delay() {
+        let mut shaper = Shaper::new(1_000, settings(AbeScheduler::Dsd), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(0));
+        // 1 Mbit/s: two 1500-byte packets already take 25 ms, more than the 10 ms
+        // within which a green packet must leave.
+        for i in 0..2 {
+            shaper
+                .enqueue(
+                    datagram(1426, i),
+                    Colour::Blue,
+                    1426,
+                    Duration::ZERO,
+                    at_us(0),
+                )
+                .expect("accepted");
+        }
+        assert_eq!(
+            shaper.enqueue(
+                datagram(1000, 9),
+                Colour::Green,
+                1426,
+                Duration::ZERO,
+                at_us(0)
+            ),
+            Err(ShapeDrop::GreenAcceptance)
+        );
+        // Under fifo it is queued like any packet.
+        let mut fifo = Shaper::new(1_000, settings(AbeScheduler::Fifo), at_us(0));
+        fifo.enqueue(
+            datagram(1426, 0),
+            Colour::Blue,
+            1426,
+            Duration::ZERO,
+            at_us(0),
+        )
+        .expect("accepted");
+        assert_eq!(
+            fifo.enqueue(
+                datagram(1000, 9),
+                Colour::Green,
+                1426,
+                Duration::ZERO,
+                at_us(0)
+            ),
+            Ok(())
+        );
+    }
+}
