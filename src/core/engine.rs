@@ -227,7 +227,8 @@ struct Site {
     served: bool,
     /// Snapshots of the site's lanes, in the order they came up.
     lanes: Vec<LaneView>,
-    scheduler: Box<dyn Scheduler>,
+    /// By the packets' `Colour as usize`: a flow has one colour.
+    schedulers: [Box<dyn Scheduler>; 2],
     /// Sequence number of the next packet sent to this site.
     tx_seq: u32,
     /// Puts this site's striped flows back in order and counts reordering.
@@ -733,7 +734,7 @@ impl DataPath {
     ) {
         (self.algorithm, self.max_flows) = (algorithm, max_flows);
         for site in &mut self.sites {
-            site.scheduler = algorithm.build(flow_idle_timeout, max_flows);
+            site.schedulers = schedulers(algorithm, flow_idle_timeout, max_flows);
         }
     }
 
@@ -823,9 +824,11 @@ impl DataPath {
             self.pacing.expire(now);
             let mut next = self.pacing.next_expiry();
             for site in &mut self.sites {
-                site.scheduler.expire(now);
+                for scheduler in &mut site.schedulers {
+                    scheduler.expire(now);
+                    next = earliest(next, scheduler.next_expiry());
+                }
                 site.reseq.expire(now);
-                next = earliest(next, site.scheduler.next_expiry());
                 next = earliest(next, site.reseq.next_expiry());
             }
             self.expiry_at = next;
@@ -987,7 +990,11 @@ impl DataPath {
 
     /// Flows the schedulers of all sites track.
     pub fn flows_active(&self) -> usize {
-        self.sites.iter().map(|s| s.scheduler.flows()).sum()
+        self.sites
+            .iter()
+            .flat_map(|s| &s.schedulers)
+            .map(|scheduler| scheduler.flows())
+            .sum()
     }
 
     /// A lane: whose it is, how the scheduler sees it, and what it carried.
@@ -1060,9 +1067,9 @@ impl DataPath {
                 borrowed = true;
             }
         }
+        let scheduler = &mut site.schedulers[colour as usize];
         let Some(mut pick) =
-            site.scheduler
-                .pick(flow, info.len, site.tx_seq, &site.lanes[lanes.clone()], now)
+            scheduler.pick(flow, info.len, site.tx_seq, &site.lanes[lanes.clone()], now)
         else {
             return self.count_drop(DropReason::NoLane);
         };
@@ -1075,7 +1082,7 @@ impl DataPath {
             .unwrap_or_default();
         let view = &mut site.lanes[pick.lane];
         if info.len > view.max_datagram {
-            site.scheduler.unsent(flow);
+            scheduler.unsent(flow);
             let mtu = u16::try_from(view.max_datagram).unwrap_or(u16::MAX);
             return self.too_big(&info, &datagram[DATAGRAM_HEADER_LEN..], mtu);
         }
@@ -1088,7 +1095,7 @@ impl DataPath {
         let sojourn = view.drain_time(0, view.srtt);
         let excess = (view.min_srtt / 2 + sojourn).saturating_sub(longest);
         let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
-            site.scheduler.unsent(flow);
+            scheduler.unsent(flow);
             return self.count_drop(DropReason::NoLane);
         };
         let header = DatagramHeader {
@@ -1121,7 +1128,7 @@ impl DataPath {
         let datagram = match verdict {
             Ok(datagram) => datagram,
             Err(why) => {
-                site.scheduler.unsent(flow);
+                scheduler.unsent(flow);
                 return self.count_shape_drop(why);
             }
         };
@@ -1332,11 +1339,28 @@ impl Site {
             prefixes: spec.prefixes.clone(),
             served: true,
             lanes: Vec::new(),
-            scheduler: algorithm.build(flow_idle_timeout, max_flows),
+            schedulers: schedulers(algorithm, flow_idle_timeout, max_flows),
             tx_seq: 0,
             reseq: Resequencer::new(flow_idle_timeout, max_flows, RESEQ_MIN_DEADLINE),
         }
     }
+}
+
+/// A site's schedulers by colour. Green flows are not striped (`afmt` is
+/// `afmt-flowlet` for them): the receiver's resequencing would add its deadline to
+/// their delay, and a green packet DSD drops as stale after it was numbered would
+/// hold its flow's next packets for a whole deadline. Moved between lanes only where
+/// the flowlet rule allows, they stay in order without it.
+fn schedulers(
+    algorithm: Algorithm,
+    flow_idle_timeout: Duration,
+    max_flows: usize,
+) -> [Box<dyn Scheduler>; 2] {
+    let green = match algorithm {
+        Algorithm::Afmt => Algorithm::AfmtFlowlet,
+        other => other,
+    };
+    [green, algorithm].map(|a| a.build(flow_idle_timeout, max_flows))
 }
 
 /// Which served site each destination prefix belongs to.
@@ -2320,6 +2344,33 @@ pub(crate) mod tests {
             .filter(|w| **w > Duration::from_millis(20))
             .count();
         assert!(late > fifo_waits.len() / 2, "{fifo_waits:?}");
+    }
+
+    #[test]
+    fn a_flow_its_lane_cannot_carry_is_striped_when_blue_and_never_when_green() {
+        for (dscp, colour, stripes) in [(0, Colour::Blue, true), (46, Colour::Green, false)] {
+            let mut e = engine(Role::Entry, Algorithm::Afmt);
+            let lanes = ["dsl", "lte"]
+                .map(|uplink| coloured_lane_up(&mut e, "a", uplink, colour, 1400, at(0)));
+            let packet = with_dscp(tcp_v4("198.18.0.2", 1, "203.0.113.1", 80), dscp);
+            // A thousand packets at once: far more than one lane's window.
+            let mut gaps = 0;
+            for _ in 0..1000 {
+                send(&mut e, &packet, at(1));
+                for t in transmits(&mut e) {
+                    let (header, _) = split_datagram(&t.datagram).expect("a datagram");
+                    gaps += u64::from(header.gap != 0);
+                }
+            }
+            let striped: u64 = lanes
+                .iter()
+                .map(|&l| {
+                    e.lane(l).expect("lane").counters.decisions[DecisionKind::Stripe as usize]
+                })
+                .sum();
+            assert_eq!(striped > 0, stripes, "{colour:?}: {striped} striped");
+            assert_eq!(gaps > 0, stripes, "{colour:?}: {gaps} packets carry a gap");
+        }
     }
 
     #[test]
