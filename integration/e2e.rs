@@ -1599,3 +1599,89 @@ fn green_traffic_takes_the_blue_lanes_while_the_green_path_is_cut_and_comes_back
         tb.logs()
     );
 }
+
+/// The average round trip of a ping run, in ms.
+fn average_rtt_ms(out: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("rtt") || l.starts_with("round-trip"))
+        .unwrap_or_else(|| panic!("no ping statistics: {out}"));
+    // rtt min/avg/max/mdev = 0.052/0.071/0.102/0.013 ms
+    let values = line.split('=').nth(1).expect("values");
+    values
+        .trim()
+        .split('/')
+        .nth(1)
+        .expect("avg")
+        .parse()
+        .expect("a number")
+}
+
+/// Packets the tbf of `router`'s device `dev` (its uplink's bottleneck) dropped.
+fn bottleneck_drops(tb: &Testbed, router: &str, dev: &str) -> u64 {
+    let out = tb.ok(router, &["tc", "-s", "qdisc", "show", "dev", dev]);
+    let after = out.split("dropped ").nth(1).expect("tc statistics");
+    after
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no drop count: {out}"))
+}
+
+#[test]
+fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_pass_downloads() {
+    // One 10 Mbit/s uplink whose rate both gateways know (the exit from the hello).
+    let mut tb = Testbed::up("e2edsd", &[("RATES", "10"), ("KNOWN_RATES", "1")]);
+    tb.start();
+    let idle = average_rtt_ms(&tb.ok("cl", &["ping", "-c", "20", "-i", "0.02", SERVER_V4]));
+    let drops_before = bottleneck_drops(&tb, "r1", "a");
+    let server = tb.spawn("sv", &["iperf3", "-s", "-1"], Ready::Listens(5201));
+    let download = tb.spawn(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-R", "-P", "4", "-t", "8", "-C", "cubic",
+        ],
+        Ready::Now,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // EF pings are green, the others blue; their replies ride behind the downloads.
+    let green = tb.spawn(
+        "cl",
+        &["ping", "-c", "150", "-i", "0.02", "-Q", "0xb8", SERVER_V4],
+        Ready::Now,
+    );
+    let blue = tb.ok("cl", &["ping", "-c", "150", "-i", "0.02", SERVER_V4]);
+    let green = tb.wait(green, Duration::from_secs(10));
+    let download = tb.wait(download, Duration::from_secs(15));
+    tb.wait(server, Duration::from_secs(5));
+    let (green_ms, blue_ms) = (average_rtt_ms(&green) - idle, average_rtt_ms(&blue) - idle);
+    let drops = bottleneck_drops(&tb, "r1", "a") - drops_before;
+    let receiver = download
+        .lines()
+        .find(|l| l.contains("SUM") && l.contains("receiver"))
+        .unwrap_or_default()
+        .to_string();
+    println!(
+        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms, blue pings {blue_ms:.1} ms; \
+         the uplink's own queue dropped {drops} packets; {receiver}"
+    );
+    // The exit shapes the downloads to 95 % of the rate: the uplink's own queue
+    // (tbf, 50 ms) never overflows, and braid's queue is where they wait.
+    assert!(
+        drops <= 5,
+        "the uplink's bottleneck dropped {drops} packets"
+    );
+    // Green leaves the exit's shaper within 10 ms; blue waits behind the downloads.
+    assert!(green_ms < 10.0, "green pings {green_ms:.1} ms above idle");
+    assert!(
+        blue_ms > green_ms + 2.0,
+        "blue {blue_ms:.1} ms, green {green_ms:.1} ms"
+    );
+    for gateway in ["en", "ex"] {
+        let g = tb.metric(
+            gateway,
+            "braid_abe_green_bias{site=\"site1\",uplink=\"up1\"}",
+        );
+        assert!((0.0..=1.0).contains(&g), "{gateway}: g = {g}");
+    }
+}
