@@ -203,6 +203,172 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
     assert!(got.contains("\"name\": \"voip\""), "{got}");
 }
 
+/// Kills the entry (the one `testbed.sh` started, or `previous` that this function
+/// started), starts it again with `env` (`VAR=value` settings) and waits for its
+/// admin API; returns the new one's handle.
+fn restart_entry(tb: &mut Testbed, previous: Option<usize>, env: &[&str]) -> usize {
+    match previous {
+        None => tb.stop_gateway("site1", nix::sys::signal::Signal::SIGKILL),
+        Some(handle) => {
+            let pid = nix::unistd::Pid::from_raw(tb.child_pid(handle) as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill");
+            // Dead once a zombie: the testbed reaps its commands when it goes down.
+            let dead = eventually(Duration::from_secs(5), || {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map_or(true, |stat| stat.contains(") Z "))
+            });
+            assert!(dead, "the entry {pid} is still running");
+        }
+    }
+    let listening = |tb: &Testbed| {
+        !tb.ok("en", &["ss", "-Hltn", "sport = :9190"])
+            .trim()
+            .is_empty()
+    };
+    let free = eventually(Duration::from_secs(5), || !listening(tb));
+    assert!(
+        free,
+        "the admin port is still taken: {}{}",
+        tb.ok("en", &["ss", "-ltnp"]),
+        tb.ok("en", &["ps", "-eo", "pid,ppid,stat,args"])
+    );
+    let config = tb.path("site1.toml").display().to_string();
+    let mut command = vec!["env"];
+    command.extend_from_slice(env);
+    command.extend_from_slice(&[braid_bin(), "run", "--config", &config]);
+    let handle = tb.spawn("en", &command, Ready::Now);
+    let up = eventually(Duration::from_secs(5), || {
+        tb.run("en", &[braid_bin(), "pacing", "get"])
+            .status
+            .success()
+    });
+    assert!(
+        up,
+        "the entry's admin API did not come back:\n{}",
+        tb.logs()
+    );
+    handle
+}
+
+/// A tmpfs of 64 KiB mounted at `dir` while it lives.
+struct TinyDisk(std::path::PathBuf);
+
+impl TinyDisk {
+    fn mount(dir: std::path::PathBuf) -> TinyDisk {
+        std::fs::create_dir_all(&dir).expect("mount point");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("mount")
+            .success();
+        assert!(ok, "cannot mount a tmpfs at {}", dir.display());
+        TinyDisk(dir)
+    }
+
+    /// Fills the disk with one file, as large as it takes.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).expect("filler");
+        while f.write_all(&[0; 4096]).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.0.join("filler")).expect("filler");
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_corrupt_or_unreadable_state_file_and_a_full_disk_leave_the_gateway_serving() {
+    let mut tb = Testbed::up("e2estate", &[("RATES", "0")]);
+    tb.start();
+    let token = token(&tb);
+    let put = |tb: &Testbed, version: u64| {
+        let table = format!(
+            r#"{{"version": {version}, "apps": [{{"name": "ssh", "match": {{"proto": "tcp", "remote_ports": "22"}}}}]}}"#
+        );
+        tb.admin_request("en", "PUT", PACING, Some(&token), table.as_bytes())
+    };
+    let current = |tb: &Testbed| version_of(&tb.admin_get("en", PACING).1);
+    assert_eq!(put(&tb, 1).0, 200);
+    let state = tb.path("pacing-site1.json");
+    let aside = tb.path("pacing-site1.json.corrupt");
+
+    // Corrupt at start: the gateway starts without tables, serves, and keeps the file.
+    std::fs::write(&state, b"{\"site1\": {\"version\": ").expect("corrupt");
+    let entry = restart_entry(&mut tb, None, &[]);
+    assert_eq!(current(&tb), 0, "no table from a corrupt file");
+    assert_eq!(
+        std::fs::read(&aside).expect("set aside"),
+        b"{\"site1\": {\"version\": "
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || tb.ping_once()),
+        "the site cannot reach the server"
+    );
+    assert_eq!(put(&tb, 2).0, 200, "the controller's next table is taken");
+
+    // Unreadable at start (a directory where the file should be): the same.
+    std::fs::remove_file(&state).expect("state file");
+    std::fs::remove_file(&aside).expect("set-aside file");
+    std::fs::create_dir(&state).expect("a directory in its place");
+    let entry = restart_entry(&mut tb, Some(entry), &[]);
+    assert_eq!(current(&tb), 0, "no table from an unreadable file");
+    assert!(aside.is_dir(), "the directory is set aside");
+    assert!(
+        eventually(Duration::from_secs(5), || tb.ping_once()),
+        "the site cannot reach the server"
+    );
+
+    // A full disk when persisting: the API answers an error naming it, the table in
+    // force stays, and the next table once there is room is taken.
+    let disk = TinyDisk::mount(tb.path("tiny"));
+    let tiny_state = format!(
+        "BRAID__PACING__STATE_FILE={}",
+        disk.0.join("pacing.json").display()
+    );
+    restart_entry(&mut tb, Some(entry), &[&tiny_state]);
+    assert_eq!(put(&tb, 3).0, 200);
+    disk.fill();
+    let (status, body) = put(&tb, 4);
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("No space left on device"), "{body}");
+    assert_eq!(current(&tb), 3, "the table in force stays");
+    let leftovers: Vec<_> = std::fs::read_dir(&disk.0)
+        .expect("tiny disk")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "half-written files left: {leftovers:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || tb.ping_once()),
+        "the site cannot reach the server"
+    );
+    assert_eq!(
+        tb.metric("en", "braid_admin_requests_total{code=\"500\"}"),
+        1.0
+    );
+    disk.free();
+    assert_eq!(put(&tb, 4).0, 200);
+    assert_eq!(current(&tb), 4);
+    let saved = std::fs::read_to_string(disk.0.join("pacing.json")).expect("state file");
+    assert_eq!(
+        version_of(
+            &serde_json::from_str::<serde_json::Value>(&saved).expect("JSON")["site1"].to_string()
+        ),
+        4
+    );
+}
+
 /// Starts `iperf3 -s` on `port` in the server namespace, once.
 fn iperf_server(tb: &mut Testbed, port: u16) -> usize {
     tb.spawn(

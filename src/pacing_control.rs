@@ -90,7 +90,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(dir)?.sync_all()
     };
-    write().with_context(|| format!("writing {}", path.display()))
+    write().map_err(|e| {
+        // A full disk keeps nothing half-written: the next attempt needs the room.
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("writing {}", path.display()))
+    })
 }
 
 /// Why a table was not taken.
