@@ -1675,6 +1675,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_million_flows_each_with_a_gap_keep_the_receiving_side_within_its_bounds() {
+        // Site a's hosts (198.18.0.0/24) send, all at once, a million flows whose every
+        // packet claims an earlier one of its flow is still on its way: each would be
+        // held for a deadline, which the shared budget cuts short.
+        let mut e = exit_engine();
+        let lane = up(&mut e, "a", 1400);
+        let mut packet = tcp_v4("198.18.0.2", 1, "203.0.113.1", 443);
+        let mut max_held = 0;
+        for i in 0..1_000_000u32 {
+            // A flow of its own: source host and port.
+            packet[15] = (i % 250 + 2) as u8;
+            packet[20..22].copy_from_slice(&((i / 250) as u16 + 1).to_be_bytes());
+            e.handle_lane_datagram(lane, striped_datagram(i * 2 + 1, 1, &packet), at(1));
+            max_held = max_held.max(e.held_budget.bytes());
+            while e.poll_tun_write().is_some() {}
+        }
+        assert!(max_held <= crate::core::reseq::MAX_HELD_BYTES, "{max_held}");
+        assert!(
+            max_held > crate::core::reseq::MAX_HELD_BYTES * 9 / 10,
+            "{max_held}"
+        );
+        let site = &e.sites[0];
+        assert!(site.reseq.flows() <= 100, "{} flows", site.reseq.flows());
+        // Nothing was dropped: held packets went early, or go at their deadline.
+        let c = *e.reseq_counters(SiteIdx(0));
+        assert_eq!((c.held, c.dropped), (1_000_000, 0));
+        e.handle_timeout(at(2_000));
+        assert_eq!(e.held_budget.bytes(), 0);
+        assert_eq!(e.reseq_counters(SiteIdx(0)).released_at_deadline, 1_000_000);
+    }
+
+    #[test]
     fn a_packet_overtaken_by_a_later_one_of_its_flow_is_counted_as_reordered() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let lane = up(&mut e, "a", 1400);

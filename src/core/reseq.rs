@@ -33,8 +33,15 @@ use super::wire::DatagramHeader;
 
 /// A flow holds at most this many packets; beyond it its oldest go early.
 pub const MAX_HELD_PER_FLOW: usize = 4096;
-/// Bytes all sites of a gateway hold at most (1 Gbit/s for 250 ms).
+/// Bytes all sites of a gateway hold at most (1 Gbit/s for 250 ms), counting each
+/// held packet's bookkeeping ([`HELD_OVERHEAD`]) with its bytes.
 pub const MAX_HELD_BYTES: usize = 32 << 20;
+/// What holding a packet costs beyond its bytes: its entry in its flow's queue and in
+/// the deadline heap, and its share of the flow's map entry. Counted so that a flood
+/// of tiny packets, each in a flow of its own, stays within [`MAX_HELD_BYTES`] too
+/// (counting packet bytes alone, 40-byte packets would have let the bookkeeping
+/// grow to several times the budget).
+const HELD_OVERHEAD: usize = 128;
 /// The longest deadline, whatever the lanes measure.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(1);
 /// Observed holds are remembered for one to two of these: long enough that a
@@ -275,7 +282,7 @@ impl Resequencer {
         }
         queue.insert(at, held);
         let flow_full = queue.len() > MAX_HELD_PER_FLOW;
-        budget.bytes += len;
+        budget.bytes += len + HELD_OVERHEAD;
         self.counters.held += 1;
         let deadline = now.saturating_add(self.deadline(now));
         self.deadlines.push(Reverse((deadline, flow, seq)));
@@ -330,7 +337,7 @@ impl Resequencer {
             && !before(seq, h.seq)
         {
             let Some(h) = queue.pop_front() else { break };
-            budget.bytes -= h.packet.len();
+            budget.bytes -= h.packet.len() + HELD_OVERHEAD;
             self.counters.released_at_deadline += 1;
             self.counters.hold.observe(now.saturating_since(h.arrived));
             last = Some(h.seq);
@@ -377,7 +384,7 @@ impl Resequencer {
             && order.last.is_some_and(|l| !before(l, h.prev))
         {
             let Some(h) = queue.pop_front() else { break };
-            budget.bytes -= h.packet.len();
+            budget.bytes -= h.packet.len() + HELD_OVERHEAD;
             let held_for = now.saturating_since(h.arrived);
             longest = longest.max(held_for);
             self.counters.released_in_order += 1;
@@ -482,7 +489,7 @@ mod tests {
         rig.recv(12, Some(11), 1);
         rig.recv(13, Some(12), 2);
         assert_eq!(rig.released(), [10]);
-        assert_eq!(rig.budget.bytes(), 8);
+        assert_eq!(rig.budget.bytes(), 8 + 2 * HELD_OVERHEAD);
         rig.recv(11, Some(10), 20);
         assert_eq!(rig.released(), [11, 12, 13]);
         let c = rig.r.counters();
