@@ -12,6 +12,7 @@ pub mod dsd;
 pub mod engine;
 pub mod field_error;
 pub mod flow;
+pub mod handshake_limit;
 pub mod hash;
 pub mod icmp;
 pub mod lane;

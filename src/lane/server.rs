@@ -16,6 +16,8 @@ use tracing::debug;
 use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::{TlsMaterial, certificate_name};
+use crate::clock::Clock;
+use crate::core::handshake_limit::{HANDSHAKE_BURST, HANDSHAKES_PER_SECOND, HandshakeLimit};
 use crate::core::stats::DropReason;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
 
@@ -93,6 +95,8 @@ pub const MAX_HANDSHAKES: usize = 256;
 pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: CancellationToken) {
     let endpoint = &listener.endpoint;
     let mut handshakes = tokio::task::JoinSet::new();
+    let clock = Clock::new();
+    let mut rate = HandshakeLimit::new(HANDSHAKES_PER_SECOND, HANDSHAKE_BURST, clock.now());
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => i,
@@ -101,13 +105,22 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
         };
         let Some(incoming) = incoming else { break };
         let peer = incoming.remote_address();
-        if handshakes.len() >= MAX_HANDSHAKES {
+        let busy = if handshakes.len() >= MAX_HANDSHAKES {
+            Some(format!("{MAX_HANDSHAKES} handshakes already in progress"))
+        } else if !rate.admit(clock.now()) {
+            Some(format!(
+                "more than {HANDSHAKES_PER_SECOND} handshakes a second"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = busy {
             incoming.refuse();
             // Counted if the driver keeps up; under a flood, dropping the count beats
             // stalling the accept loop.
             let _ = events.try_send(LaneEvent::Refused {
                 reason: DropReason::Unauthenticated,
-                detail: format!("{peer}: {MAX_HANDSHAKES} handshakes already in progress"),
+                detail: format!("{peer}: {why}"),
             });
             continue;
         }
