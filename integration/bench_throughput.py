@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Throughput and CPU cost per byte of braid builds, side by side, in the namespace
+testbed: unshaped uplinks, CUBIC iperf3 flows through the tunnel, up (site to
+server) and down.
+
+For every uplink count, every round and every build in turn: the testbed comes up
+with that build, and each combination of flow count and direction runs for
+--seconds. Printed per run: goodput (Mbit/s, iperf3's receiver) and the CPU time
+both gateways used per GB carried (user + system, from /proc), which is what a
+change to the per-packet path moves even when the machine, not braid, limits the
+goodput. With --baseline, the ratios of this build to the baseline come last
+(medians over rounds).
+
+Usage (root): integration/bench_throughput.py --braid target/release/braid
+              [--baseline OLD/braid] [--uplinks 2,3] [--flows 1,4]
+              [--directions up,down] [--seconds 10] [--rounds 1] [--callgrind 20000]
+
+--callgrind N first counts the instructions the pure core spends per packet (entry
+and exit together, `examples/per_packet.rs` under valgrind's callgrind, N packets
+less an empty run): repeatable to the instruction, unlike timings on a shared
+machine. It needs the example built from the tree measured (`cargo build --release
+--example per_packet`), and valgrind.
+
+Run it on an otherwise idle machine: a build beside it halves the figures.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+
+from benchlib import inns, sh
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTBED = os.path.join(HERE, "testbed.sh")
+STATE = os.environ.get("STATE_DIR", "/tmp/braid-testbed")
+SERVER = "198.18.100.2"
+NAME = "bthr"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User and system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def gateway_pids():
+    pids = []
+    for gateway in ("site1", "exit"):
+        with open(os.path.join(STATE, NAME, f"{gateway}.pid")) as f:
+            pids.append(int(f.read().strip()))
+    return pids
+
+
+def run_flows(flows, direction, seconds):
+    """One iperf3 run: (goodput Mbit/s, gateways' CPU seconds per GB)."""
+    server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    pids = gateway_pids()
+    cpu_before = sum(cpu_seconds(p) for p in pids)
+    args = ["iperf3", "-c", SERVER, "-C", "cubic", "-P", str(flows), "-t", str(seconds), "-J"]
+    if direction == "down":
+        args.append("-R")
+    report = json.loads(sh(*inns(NAME, "cl", *args)))
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
+    server.wait(timeout=10)
+    received = report["end"]["sum_received"]
+    gigabytes = received["bytes"] / 1e9
+    return received["bits_per_second"] / 1e6, cpu / gigabytes if gigabytes else float("nan")
+
+
+def instructions(example, packets):
+    """Instructions callgrind counts for a run of the per-packet example."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", example, str(packets)],
+                         capture_output=True, text=True, check=True).stderr
+    line = next(l for l in out.splitlines() if "Collected" in l)
+    return int(line.rsplit(":", 1)[1].strip())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--braid", required=True)
+    p.add_argument("--baseline")
+    p.add_argument("--uplinks", default="2,3")
+    p.add_argument("--flows", default="1,4")
+    p.add_argument("--directions", default="up,down")
+    p.add_argument("--seconds", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--callgrind", type=int, metavar="N")
+    args = p.parse_args()
+    if args.callgrind:
+        example = os.path.join(os.path.dirname(os.path.abspath(args.braid)), "examples", "per_packet")
+        per_packet = (instructions(example, args.callgrind) - instructions(example, 0)) / args.callgrind
+        print(f"pure core, entry and exit together: {per_packet:.0f} instructions per packet "
+              f"({args.callgrind} packets, {example})\n")
+    builds = {"this": os.path.abspath(args.braid)}
+    if args.baseline:
+        builds["baseline"] = os.path.abspath(args.baseline)
+    flows = [int(f) for f in args.flows.split(",")]
+    directions = args.directions.split(",")
+    # (uplinks, flows, direction, build) -> [(Mbit/s, CPU s/GB) per round]
+    results = {}
+    print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'build':>8} {'round':>5} {'Mbit/s':>8} {'CPU s/GB':>9}")
+    for uplinks in [int(u) for u in args.uplinks.split(",")]:
+        for rnd in range(1, args.rounds + 1):
+            for build, braid in builds.items():
+                env = dict(os.environ, RATES=" ".join(["0"] * uplinks), BRAID=braid)
+                sh("bash", TESTBED, "down", NAME, env=env, check=False)
+                sh("bash", TESTBED, "up", NAME, env=env)
+                try:
+                    sh("bash", TESTBED, "start", NAME, env=env)
+                    for n in flows:
+                        for direction in directions:
+                            mbps, cpu_per_gb = run_flows(n, direction, args.seconds)
+                            results.setdefault((uplinks, n, direction, build), []).append((mbps, cpu_per_gb))
+                            print(f"{uplinks:>7} {n:>5} {direction:>4} {build:>8} {rnd:>5} "
+                                  f"{mbps:8.0f} {cpu_per_gb:9.2f}", flush=True)
+                finally:
+                    sh("bash", TESTBED, "down", NAME, env=env, check=False)
+    if "baseline" not in builds:
+        return
+    print("\nthis build against the baseline (medians over rounds):")
+    print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'Mbit/s':>14} {'ratio':>6} {'CPU s/GB':>14} {'ratio':>6}")
+    for (uplinks, n, direction, build), runs in results.items():
+        if build != "this":
+            continue
+        base = results[(uplinks, n, direction, "baseline")]
+        new_mbps, old_mbps = (statistics.median(r[0] for r in rs) for rs in (runs, base))
+        new_cpu, old_cpu = (statistics.median(r[1] for r in rs) for rs in (runs, base))
+        print(f"{uplinks:>7} {n:>5} {direction:>4} {old_mbps:6.0f} → {new_mbps:5.0f} {new_mbps / old_mbps:6.2f} "
+              f"{old_cpu:6.2f} → {new_cpu:5.2f} {new_cpu / old_cpu:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
