@@ -16,7 +16,7 @@ use braid::core::engine::{
 };
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::sched::Algorithm;
-use braid::core::shaper::{AbeScheduler, AbeSettings};
+use braid::core::shaper::AbeSettings;
 use braid::core::time::Instant;
 use braid::core::wire::DATAGRAM_HEADER_LEN;
 use bytes::BytesMut;
@@ -42,12 +42,7 @@ fn engine(role: Role) -> DataPath {
         lane_stall: LANE_STALL,
         lane_queue_limit: LANE_QUEUE_LIMIT,
         green_inner_dscp: vec![46],
-        abe: AbeSettings {
-            scheduler: AbeScheduler::Dsd,
-            buffer_bytes: 250_000,
-            green_delay: Duration::from_millis(10),
-            control_interval: Duration::from_millis(100),
-        },
+        abe: AbeSettings::default(),
     })
 }
 

@@ -139,6 +139,24 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
         ),
         (
             "entry",
+            ENTRY.to_string(),
+            vec![("BRAID__ABE__GREEN_DELAY_MS", "0")],
+            "error: abe.green_delay_ms: 0 is outside 1..=1000",
+        ),
+        (
+            "exit",
+            EXIT.to_string(),
+            vec![("BRAID__ABE__BUFFER_BYTES", "1500")],
+            "error: abe.buffer_bytes: 1500 is outside 3000..=100000000",
+        ),
+        (
+            "exit",
+            EXIT.to_string(),
+            vec![("BRAID__ABE__SCHEDULER", "wfq")],
+            "error: abe.scheduler: \"wfq\" is neither \"dsd\" nor \"fifo\"",
+        ),
+        (
+            "entry",
             ENTRY.replace("role = \"entry\"", "role = \"middle\""),
             vec![],
             "error: role: \"middle\" is neither",

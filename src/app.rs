@@ -21,7 +21,6 @@ use crate::config::{Config, RoleConfig};
 use crate::core::engine::{
     DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, SiteIdx, SiteSpec,
 };
-use crate::core::shaper::AbeSettings;
 use crate::core::time::Instant;
 use crate::driver::{Driver, DriverCommand, DriverParts};
 use crate::lane::{self, client::Dialers, dscp::ColourDscp, server::Admission};
@@ -123,12 +122,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         lane_stall: LANE_STALL,
         lane_queue_limit: LANE_QUEUE_LIMIT,
         green_inner_dscp: config.abe.green_inner_dscp.clone(),
-        abe: AbeSettings {
-            scheduler: config.abe.scheduler,
-            buffer_bytes: config.abe.buffer_bytes,
-            green_delay: config.abe.green_delay,
-            control_interval: config.abe.control_interval,
-        },
+        abe: config.abe.queues,
     });
     for (site, table) in &tables {
         if let Some(i) = site_ids.iter().position(|s| s == site) {

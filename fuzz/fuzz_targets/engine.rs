@@ -10,7 +10,7 @@ use braid::core::engine::{
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::pacing_table::PacingTable;
 use braid::core::sched::Algorithm;
-use braid::core::shaper::{AbeScheduler, AbeSettings};
+use braid::core::shaper::AbeSettings;
 use braid::core::time::Instant;
 
 const TABLE: &str = r#"{"version": 1, "apps": [
@@ -41,12 +41,7 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
         lane_stall: LANE_STALL,
         lane_queue_limit: LANE_QUEUE_LIMIT,
         green_inner_dscp: vec![46],
-        abe: AbeSettings {
-            scheduler: AbeScheduler::Dsd,
-            buffer_bytes: 250_000,
-            green_delay: Duration::from_millis(10),
-            control_interval: Duration::from_millis(100),
-        },
+        abe: AbeSettings::default(),
     });
     let table = PacingTable::parse(TABLE.as_bytes()).expect("a valid table");
     e.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);

@@ -19,7 +19,7 @@ use crate::cert::TlsConfig;
 use crate::core::engine::SiteSpec;
 use crate::core::field_error::FieldError;
 use crate::core::sched::Algorithm;
-pub use crate::core::shaper::AbeScheduler;
+use crate::core::shaper::{AbeScheduler, AbeSettings};
 use crate::core::wire::check_name;
 use raw::RawConfig;
 
@@ -96,13 +96,11 @@ pub struct PacingConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AbeConfig {
-    pub scheduler: AbeScheduler,
     pub green_dscp: u8,
     pub blue_dscp: u8,
     pub green_inner_dscp: Vec<u8>,
-    pub green_delay: Duration,
-    pub buffer_bytes: u64,
-    pub control_interval: Duration,
+    /// How uplinks of known rate are shaped and served.
+    pub queues: AbeSettings,
 }
 
 /// `[log]`: what the daemon logs, as a tracing filter (`info`, `braid=debug`, ...).
@@ -510,23 +508,57 @@ fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, FieldError> {
             format!("{d} is not a DSCP (0 to 63)"),
         );
     }
+    let defaults = AbeSettings::default();
+    let scheduler = match raw.scheduler.as_deref() {
+        None | Some("dsd") => AbeScheduler::Dsd,
+        Some("fifo") => AbeScheduler::Fifo,
+        Some(other) => {
+            return err(
+                "abe.scheduler",
+                format!("{other:?} is neither \"dsd\" nor \"fifo\""),
+            );
+        }
+    };
+    // A green delay shorter than a packet's time on a slow uplink refuses all green;
+    // a buffer smaller than two packets drops what one burst brings.
+    let millis = |key: &str, value: Option<u64>, default: Duration, range: (u64, u64)| match value {
+        None => Ok(default),
+        Some(ms) if (range.0..=range.1).contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(ms) => err(
+            format!("abe.{key}"),
+            format!("{ms} is outside {}..={}", range.0, range.1),
+        ),
+    };
+    let buffer_bytes = match raw.buffer_bytes {
+        None => defaults.buffer_bytes,
+        Some(b) if (3_000..=100_000_000).contains(&b) => b,
+        Some(b) => {
+            return err(
+                "abe.buffer_bytes",
+                format!("{b} is outside 3000..=100000000"),
+            );
+        }
+    };
     Ok(AbeConfig {
-        scheduler: match raw.scheduler.as_deref() {
-            None | Some("dsd") => AbeScheduler::Dsd,
-            Some("fifo") => AbeScheduler::Fifo,
-            Some(other) => {
-                return err(
-                    "abe.scheduler",
-                    format!("{other:?} is neither \"dsd\" nor \"fifo\""),
-                );
-            }
-        },
         green_dscp: dscp("green_dscp", raw.green_dscp, 45)?,
         blue_dscp: dscp("blue_dscp", raw.blue_dscp, 0)?,
         green_inner_dscp,
-        green_delay: Duration::from_millis(raw.green_delay_ms.unwrap_or(10)),
-        buffer_bytes: raw.buffer_bytes.unwrap_or(250_000),
-        control_interval: Duration::from_millis(raw.control_interval_ms.unwrap_or(100)),
+        queues: AbeSettings {
+            scheduler,
+            buffer_bytes,
+            green_delay: millis(
+                "green_delay_ms",
+                raw.green_delay_ms,
+                defaults.green_delay,
+                (1, 1000),
+            )?,
+            control_interval: millis(
+                "control_interval_ms",
+                raw.control_interval_ms,
+                defaults.control_interval,
+                (10, 60_000),
+            )?,
+        },
     })
 }
 

@@ -1445,12 +1445,7 @@ pub(crate) mod tests {
             lane_stall: LANE_STALL,
             lane_queue_limit: LANE_QUEUE_LIMIT,
             green_inner_dscp: vec![46],
-            abe: AbeSettings {
-                scheduler: AbeScheduler::Dsd,
-                buffer_bytes: 250_000,
-                green_delay: Duration::from_millis(10),
-                control_interval: Duration::from_millis(100),
-            },
+            abe: AbeSettings::default(),
         }
     }
 

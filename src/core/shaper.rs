@@ -42,6 +42,19 @@ pub struct AbeSettings {
     pub control_interval: Duration,
 }
 
+/// The defaults of `[abe]`: a green packet leaves within 10 ms, flat best effort's
+/// buffer is 250 kB, g is adjusted every 100 ms.
+impl Default for AbeSettings {
+    fn default() -> AbeSettings {
+        AbeSettings {
+            scheduler: AbeScheduler::Dsd,
+            buffer_bytes: 250_000,
+            green_delay: Duration::from_millis(10),
+            control_interval: Duration::from_millis(100),
+        }
+    }
+}
+
 /// The share of the configured rate braid sends at. The uplink also carries what
 /// braid does not shape (the lanes' acknowledgements for the other direction, QUIC's
 /// keep-alives and handshakes): at the full rate those bytes would build a queue in
@@ -244,9 +257,7 @@ mod tests {
     fn settings(scheduler: AbeScheduler) -> AbeSettings {
         AbeSettings {
             scheduler,
-            buffer_bytes: 250_000,
-            green_delay: Duration::from_millis(10),
-            control_interval: Duration::from_millis(100),
+            ..AbeSettings::default()
         }
     }
 
@@ -258,12 +269,9 @@ mod tests {
         Bytes::from(vec![tag; len])
     }
 
-    #[test]
-    fn releases_at_the_shaped_rate_counting_the_outer_headers() {
-        // 10 Mbit/s configured: 9.5 Mbit/s shaped, 1500 wire bytes take 1263 µs.
-        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
-        shaper.set_lane(Colour::Blue, LaneId(1));
-        for i in 0..30 {
+    /// Queues `n` blue datagrams of 1426 bytes at time zero, every one accepted.
+    fn queue_blue(shaper: &mut Shaper, n: u8) {
+        for i in 0..n {
             shaper
                 .enqueue(
                     datagram(1426, i),
@@ -274,6 +282,14 @@ mod tests {
                 )
                 .expect("accepted");
         }
+    }
+
+    #[test]
+    fn releases_at_the_shaped_rate_counting_the_outer_headers() {
+        // 10 Mbit/s configured: 9.5 Mbit/s shaped, 1500 wire bytes take 1263 µs.
+        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(1));
+        queue_blue(&mut shaper, 30);
         let (mut out, mut stale) = (Vec::new(), 0);
         // Released in 1 ms steps for 20 ms: 20 / 1.263 = 15.8, plus the first at 0.
         for ms in 0..=20 {
@@ -290,17 +306,7 @@ mod tests {
     fn a_late_wake_up_sends_at_most_a_short_burst() {
         let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Fifo), at_us(0));
         shaper.set_lane(Colour::Blue, LaneId(0));
-        for i in 0..20 {
-            shaper
-                .enqueue(
-                    datagram(1426, i),
-                    Colour::Blue,
-                    1426,
-                    Duration::ZERO,
-                    at_us(0),
-                )
-                .expect("accepted");
-        }
+        queue_blue(&mut shaper, 20);
         let (mut out, mut stale) = (Vec::new(), 0);
         // Idle until 100 ms: 2 ms of credit at most, two packets and the one due now.
         shaper.release(at_us(100_000), &mut out, &mut stale);
@@ -397,17 +403,7 @@ mod tests {
         shaper.set_lane(Colour::Blue, LaneId(0));
         // 1 Mbit/s: two 1500-byte packets already take 25 ms, more than the 10 ms
         // within which a green packet must leave.
-        for i in 0..2 {
-            shaper
-                .enqueue(
-                    datagram(1426, i),
-                    Colour::Blue,
-                    1426,
-                    Duration::ZERO,
-                    at_us(0),
-                )
-                .expect("accepted");
-        }
+        queue_blue(&mut shaper, 2);
         assert_eq!(
             shaper.enqueue(
                 datagram(1000, 9),
