@@ -1187,6 +1187,19 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
         "{}",
         tb.logs()
     );
+    // Counted, beside the reload applied before it (exported every 100 ms).
+    let reloads = |result: &str| {
+        tb.metric(
+            "en",
+            &format!("braid_config_reloads_total{{result=\"{result}\"}}"),
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(1), || reloads("refused") == 1.0),
+        "refused reloads: {}",
+        reloads("refused")
+    );
+    assert!(reloads("applied") >= 1.0);
     let before = stateless();
     assert!(tb.ping_once());
     assert!(

@@ -304,6 +304,7 @@ fn a_corrupt_or_unreadable_state_file_and_a_full_disk_leave_the_gateway_serving(
     std::fs::write(&state, b"{\"site1\": {\"version\": ").expect("corrupt");
     let entry = restart_entry(&mut tb, None, &[]);
     assert_eq!(current(&tb), 0, "no table from a corrupt file");
+    assert_eq!(tb.metric("en", "braid_pacing_state_set_aside_total"), 1.0);
     assert_eq!(
         std::fs::read(&aside).expect("set aside"),
         b"{\"site1\": {\"version\": "
@@ -320,6 +321,7 @@ fn a_corrupt_or_unreadable_state_file_and_a_full_disk_leave_the_gateway_serving(
     std::fs::create_dir(&state).expect("a directory in its place");
     let entry = restart_entry(&mut tb, Some(entry), &[]);
     assert_eq!(current(&tb), 0, "no table from an unreadable file");
+    assert_eq!(tb.metric("en", "braid_pacing_state_set_aside_total"), 1.0);
     assert!(aside.is_dir(), "the directory is set aside");
     assert!(
         eventually(Duration::from_secs(5), || tb.ping_once()),

@@ -41,9 +41,16 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         RoleConfig::Entry(entry) => vec![entry.site.clone()],
         RoleConfig::Exit(exit) => exit.sites.iter().map(|s| s.id.clone()).collect(),
     };
+    let metrics = Arc::new(Metrics::new()?);
     // The controller's last tables: a restart must not lose them.
     let tables = match &config.pacing.state_file {
-        Some(path) => pacing_control::load_state_or_set_aside(path, &site_ids),
+        Some(path) => {
+            let (tables, set_aside) = pacing_control::load_state_or_set_aside(path, &site_ids);
+            if set_aside {
+                metrics.state_set_aside.inc();
+            }
+            tables
+        }
         None => pacing_control::Tables::new(),
     };
     let token = config
@@ -52,7 +59,6 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         .as_deref()
         .map(admin::read_token)
         .transpose()?;
-    let metrics = Arc::new(Metrics::new()?);
     let admin_listener = admin::bind(config.admin.listen).await?;
     let clock = Clock::new();
     let shutdown = CancellationToken::new();
@@ -158,6 +164,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             pacing: control.clone(),
             dialers,
             admission,
+            metrics: metrics.clone(),
         },
         notifier.clone(),
     ));
@@ -218,6 +225,8 @@ struct Reloader {
     dialers: Option<Dialers>,
     /// The exit's admission of lanes (none at an entry).
     admission: Option<watch::Sender<Arc<Admission>>>,
+    /// Counts reloads applied and refused.
+    metrics: Arc<Metrics>,
 }
 
 impl Reloader {
@@ -228,6 +237,7 @@ impl Reloader {
             Ok(new) => new,
             Err(e) => {
                 warn!(error = %e, "reload: the configuration is invalid; nothing changed");
+                self.metrics.reload(false);
                 return;
             }
         };
@@ -238,6 +248,7 @@ impl Reloader {
             Ok(m) => Some(m),
             Err(e) => {
                 warn!(error = format!("{e:#}"), "reload: tls: nothing changed");
+                self.metrics.reload(false);
                 return;
             }
         };
@@ -246,6 +257,7 @@ impl Reloader {
             Ok(prepared) => prepared,
             Err(e) => {
                 warn!(error = format!("{e:#}"), "reload: tls: nothing changed");
+                self.metrics.reload(false);
                 return;
             }
         };
@@ -284,6 +296,7 @@ impl Reloader {
             );
         }
         self.running = after;
+        self.metrics.reload(true);
         info!("reload: done");
     }
 

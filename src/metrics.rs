@@ -51,6 +51,10 @@ pub struct Metrics {
     pub flows_active: IntGauge,
     admin_requests: IntCounterVec,
     admin_connections_failed: IntCounter,
+    /// `config_reloads_total{result}`: applied, refused.
+    reloads: [IntCounter; 2],
+    /// Pacing state files found unusable at start and set aside.
+    pub state_set_aside: IntCounter,
     app_target: IntGaugeVec,
     app_tx_bytes: IntCounterVec,
     app_queue: IntGaugeVec,
@@ -271,6 +275,27 @@ impl Metrics {
                 registry.register(Box::new(c.clone()))?;
                 c
             },
+            reloads: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "config_reloads_total",
+                        "Configuration reloads (SIGHUP): applied, or refused with nothing \
+                         changed (an invalid file, unusable certificates)",
+                    ),
+                    &["result"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                ["applied", "refused"].map(|result| c.with_label_values(&[result]))
+            },
+            state_set_aside: {
+                let c = IntCounter::new(
+                    "pacing_state_set_aside_total",
+                    "Pacing state files that could not be read at start: the gateway \
+                     started without tables and kept the file as NAME.corrupt",
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
             app_target: gauge(
                 "app_rate_target_bps",
                 "The application's paced rate (0: unpaced)",
@@ -381,6 +406,11 @@ impl Metrics {
         self.admin_requests
             .with_label_values(&[&status.to_string()])
             .inc();
+    }
+
+    /// Counts a reload, applied or refused.
+    pub fn reload(&self, applied: bool) {
+        self.reloads[usize::from(!applied)].inc();
     }
 
     /// Counts an admin connection that ended in an HTTP error.

@@ -51,9 +51,10 @@ pub fn load_state(path: &Path, sites: &[String]) -> anyhow::Result<Tables> {
 /// must not keep the gateway from carrying traffic: it starts without tables (the
 /// controller's next PUT brings them back), says so, and renames the file to
 /// `NAME.corrupt`, where it stays for a look and the next table cannot overwrite it.
-pub fn load_state_or_set_aside(path: &Path, sites: &[String]) -> Tables {
+/// The flag says whether it had to (`braid_pacing_state_set_aside_total`).
+pub fn load_state_or_set_aside(path: &Path, sites: &[String]) -> (Tables, bool) {
     let error = match load_state(path, sites) {
-        Ok(tables) => return tables,
+        Ok(tables) => return (tables, false),
         Err(e) => e,
     };
     let mut aside = path.as_os_str().to_os_string();
@@ -68,7 +69,7 @@ pub fn load_state_or_set_aside(path: &Path, sites: &[String]) -> Tables {
             "pacing.state_file: {error:#}; starting without pacing tables (it cannot be set aside either: {e})"
         ),
     }
-    Tables::new()
+    (Tables::new(), true)
 }
 
 /// Writes `bytes` to a temporary file beside `path`, syncs it, renames it over
@@ -320,7 +321,7 @@ mod tests {
         write_atomically(&path, &serde_json::to_vec(&tables).expect("json")).expect("save");
         assert_eq!(
             load_state_or_set_aside(&path, &sites),
-            tables,
+            (tables, false),
             "a good file loads"
         );
         for garbage in [
@@ -329,7 +330,8 @@ mod tests {
             b"",
         ] {
             std::fs::write(&path, garbage).expect("write");
-            assert!(load_state_or_set_aside(&path, &sites).is_empty());
+            let (tables, set_aside) = load_state_or_set_aside(&path, &sites);
+            assert!(tables.is_empty() && set_aside);
             assert!(!path.exists(), "set aside");
             let aside = dir.join("pacing.json.corrupt");
             assert_eq!(std::fs::read(&aside).expect("kept"), garbage);
