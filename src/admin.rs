@@ -112,6 +112,7 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: Cancellat
         };
         if connections.len() >= MAX_CONNECTIONS {
             debug!(%peer, "admin connection refused: {MAX_CONNECTIONS} already open");
+            admin.metrics.count_admin_connection_failed();
             continue; // dropping the stream closes it
         }
         let admin = admin.clone();
@@ -317,7 +318,7 @@ mod tests {
         let (commands, _driver) = tokio::sync::mpsc::channel(1);
         let admin = Arc::new(Admin::detached(vec!["site1".into()], None, commands).expect("admin"));
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, admin, shutdown.clone()));
+        let server = tokio::spawn(serve(listener, admin.clone(), shutdown.clone()));
         // Clients that connect and say nothing hold every slot...
         let mut idle = Vec::new();
         for _ in 0..MAX_CONNECTIONS {
@@ -330,6 +331,11 @@ mod tests {
         assert!(
             refused.as_ref().is_ok_and(String::is_empty) || refused.is_err(),
             "{refused:?}"
+        );
+        let failed = String::from_utf8(admin.metrics.render()).expect("UTF-8");
+        assert!(
+            failed.contains("braid_admin_connections_failed_total 1"),
+            "counted: {failed}"
         );
         drop(idle);
         // Slots free up as the idle clients leave.

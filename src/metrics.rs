@@ -269,8 +269,8 @@ impl Metrics {
             admin_connections_failed: {
                 let c = IntCounter::new(
                     "admin_connections_failed_total",
-                    "Admin API connections ended by an HTTP error: a malformed request, \
-                     headers too large or too slow",
+                    "Admin API connections ended early: a malformed request, headers \
+                     too large or too slow, or more than 64 open at once",
                 )?;
                 registry.register(Box::new(c.clone()))?;
                 c
