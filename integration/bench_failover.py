@@ -18,12 +18,15 @@ to the cut within about 10 ms), the time until the returning path carried packet
 and the lanes each gateway took out of service (`braid_lane_stalls_total`).
 
 A second variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
-way, and every lane taken out of service is a false failover. A third, `idle`,
+way, and every lane taken out of service is a false failover; `jittery` is the same
+with up to 20 ms of extra one-way delay (uniform, never reordering) instead of loss,
+as a cellular uplink has. A fourth, `idle`,
 carries no traffic: what the lanes' keep-alives and acknowledgements cost, counted on
 the first uplink's router for 10 s.
 
 Usage (root): integration/bench_failover.py --braid target/release/braid
-              [--runs afmt,afmt-flowlet,round-robin] [--variants cut,lossy] [--hold 1,5]
+              [--runs afmt,afmt-flowlet,round-robin] [--variants cut,lossy,jittery,idle]
+              [--hold 1,5]
 
 A run names the scheduler; RUN@BINARY uses that braid binary instead of --braid's, so
 that two builds are measured side by side in one invocation. --hold lists how long
@@ -53,6 +56,9 @@ ALONE_SECONDS = 2
 BEFORE_CUT_SECONDS = 3
 AFTER_RETURN_SECONDS = 3
 LOSSY_SECONDS = 20
+JITTER_MS = 20
+# The variants that cut nothing and count false failovers: what each does to every uplink.
+STEADY = {"lossy": ("LOSS", "5"), "jittery": ("JITTER", str(JITTER_MS))}
 NAME = "bfail"
 
 
@@ -128,14 +134,15 @@ def run_one(variant, label, hold, braid, linkemu):
     braid = os.path.abspath(binary) if binary else braid
     env = dict(os.environ, RATES=" ".join(map(str, RATES)), DELAYS=" ".join(map(str, DELAYS)),
                SCHEDULER=algorithm, BRAID=braid, LINKEMU=linkemu)
-    if variant == "lossy":
-        env["LOSS"] = " ".join("5" for _ in RATES)
+    if variant in STEADY:
+        knob, value = STEADY[variant]
+        env[knob] = " ".join(value for _ in RATES)
     sh("bash", TESTBED, "up", NAME, env=env)
     try:
         sh("bash", TESTBED, "start", NAME, env=env)
         if variant == "idle":
             return idle_cost(label)
-        download_seconds = (LOSSY_SECONDS if variant == "lossy"
+        download_seconds = (LOSSY_SECONDS if variant in STEADY
                             else BEFORE_CUT_SECONDS + hold + AFTER_RETURN_SECONDS)
         total = ALONE_SECONDS + download_seconds + 1
         server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1"), stdout=subprocess.DEVNULL,
@@ -220,12 +227,15 @@ def report(rows):
                   f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
                   f"{shares:>40} {r['return_s']:8.2f} {r['stalls']['en']:5.0f} / {r['stalls']['ex']:<4.0f} "
                   + " ".join(f"{d} {g:.0f}, {lost:.0f}" for d, (g, lost) in r["voip_return"].items()))
-    lossy = [r for r in rows if r["variant"] == "lossy"]
-    if lossy:
-        print(f"\n== lossy: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms, 5 % loss each way, "
+    for variant, what in (("lossy", "5 % loss each way"),
+                          ("jittery", f"up to {JITTER_MS} ms of jitter each way")):
+        steady = [r for r in rows if r["variant"] == variant]
+        if not steady:
+            continue
+        print(f"\n== {variant}: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms, {what}, "
               f"{LOSSY_SECONDS} s of TCP download and VoIP flow; nothing is cut")
         print(f"{'run':34} {'false failovers en/ex':>22} {'VoIP gap down/up ms':>20} {'goodput Mbit/s':>15}")
-        for r in lossy:
+        for r in steady:
             v = r["voip"]
             print(f"{r['run']:34} {r['stalls']['en']:10.0f} / {r['stalls']['ex']:<9.0f} "
                   f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f}")
@@ -245,7 +255,7 @@ def main():
     p.add_argument("--braid", required=True)
     p.add_argument("--linkemu")
     p.add_argument("--runs", default="afmt,afmt-flowlet,round-robin")
-    p.add_argument("--variants", default="cut,lossy,idle")
+    p.add_argument("--variants", default="cut,lossy,jittery,idle")
     p.add_argument("--hold", default="1,5")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args()
@@ -253,8 +263,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for variant in args.variants.split(","):
-        if variant not in ("cut", "lossy", "idle"):
-            raise SystemExit(f"unknown variant {variant!r}: cut, lossy or idle")
+        if variant not in ("cut", "idle", *STEADY):
+            raise SystemExit(f"unknown variant {variant!r}: cut, lossy, jittery or idle")
         holds = [float(h) for h in args.hold.split(",")] if variant == "cut" else [0.0]
         for hold in holds:
             for label in args.runs.split(","):

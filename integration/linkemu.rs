@@ -1,12 +1,15 @@
 //! braid-linkemu: a small userspace link emulator for the namespace testbed, standing in
 //! for netem on kernels without it. It serves two persistent TUN devices of a router
 //! namespace, one per direction: every packet the router routes into a device is read,
-//! dropped with the configured probability, held for the configured one-way delay and
-//! written back to the same device, from where the router forwards it on. Rates are not
+//! dropped with the configured probability, held for the configured one-way delay plus
+//! a uniformly random jitter and written back to the same device, from where the router
+//! forwards it on. Jitter never reorders: a packet leaves no earlier than the one before
+//! it, as behind a radio link's retransmissions or a busy modem's queue. Rates are not
 //! its business: tbf on the router's egress interfaces shapes them.
 //!
-//! Usage: braid-linkemu --dev NAME --delay-ms N --loss-pct P [--seed S]  (repeatable
-//! groups, one per direction, e.g. `--dev eu --delay-ms 10 --loss-pct 0 --dev ed ...`).
+//! Usage: braid-linkemu --dev NAME --delay-ms N --loss-pct P [--jitter-ms J] [--seed S]
+//! (repeatable groups, one per direction, e.g. `--dev eu --delay-ms 10 --loss-pct 0
+//! --dev ed ...`).
 
 #![allow(clippy::disallowed_methods)] // a test tool that lives on wall-clock time
 
@@ -20,6 +23,8 @@ use tun_tap::{Iface, Mode};
 struct Direction {
     dev: String,
     delay: Duration,
+    /// Each packet waits up to this much longer, uniformly at random.
+    jitter: Duration,
     loss: f64,
     seed: u64,
 }
@@ -29,7 +34,7 @@ fn main() -> ExitCode {
         Ok(d) if !d.is_empty() => d,
         Ok(_) => {
             return fail(
-                "usage: braid-linkemu --dev NAME --delay-ms N --loss-pct P [--seed S] ...",
+                "usage: braid-linkemu --dev NAME --delay-ms N --loss-pct P [--jitter-ms J] [--seed S] ...",
             );
         }
         Err(e) => return fail(&e),
@@ -63,6 +68,7 @@ fn parse(args: Vec<String>) -> Result<Vec<Direction>, String> {
             out.push(Direction {
                 dev: value,
                 delay: Duration::ZERO,
+                jitter: Duration::ZERO,
                 loss: 0.0,
                 seed: 1 + out.len() as u64,
             });
@@ -73,6 +79,10 @@ fn parse(args: Vec<String>) -> Result<Vec<Direction>, String> {
             "--delay-ms" => {
                 d.delay = Duration::from_secs_f64(value.parse::<f64>().map_err(|_| bad())? / 1000.0)
             }
+            "--jitter-ms" => {
+                d.jitter =
+                    Duration::from_secs_f64(value.parse::<f64>().map_err(|_| bad())? / 1000.0)
+            }
             "--loss-pct" => d.loss = value.parse::<f64>().map_err(|_| bad())? / 100.0,
             "--seed" => d.seed = value.parse().map_err(|_| bad())?,
             _ => return Err(format!("unknown flag {flag}")),
@@ -81,8 +91,8 @@ fn parse(args: Vec<String>) -> Result<Vec<Direction>, String> {
     Ok(out)
 }
 
-/// A FIFO of (release time, packet): with a constant delay, arrival order is release
-/// order, so one queue and one writer suffice.
+/// A FIFO of (release time, packet): release times never decrease (jitter does not
+/// reorder), so one queue and one writer suffice.
 type DelayLine = Arc<(Mutex<VecDeque<(Instant, Vec<u8>)>>, Condvar)>;
 
 fn serve(iface: Arc<Iface>, d: Direction) -> [std::thread::JoinHandle<()>; 2] {
@@ -91,6 +101,7 @@ fn serve(iface: Arc<Iface>, d: Direction) -> [std::thread::JoinHandle<()>; 2] {
     let reader = std::thread::spawn(move || {
         let mut rng = d.seed.max(1);
         let mut buf = vec![0u8; 65536];
+        let mut last_release = Instant::now();
         loop {
             let n = match reader_iface.recv(&mut buf) {
                 Ok(n) => n,
@@ -99,16 +110,21 @@ fn serve(iface: Arc<Iface>, d: Direction) -> [std::thread::JoinHandle<()>; 2] {
                     std::process::exit(1);
                 }
             };
-            // xorshift64: reproducible loss for a given seed.
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            if (rng as f64 / u64::MAX as f64) < d.loss {
+            // xorshift64: reproducible loss and jitter for a given seed.
+            let mut uniform = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as f64 / u64::MAX as f64
+            };
+            if uniform() < d.loss {
                 continue;
             }
+            let jitter = d.jitter.mul_f64(uniform());
+            last_release = last_release.max(Instant::now() + d.delay + jitter);
             let (queue, ready) = &*reader_line;
             let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.push_back((Instant::now() + d.delay, buf[..n].to_vec()));
+            q.push_back((last_release, buf[..n].to_vec()));
             ready.notify_one();
         }
     });

@@ -19,6 +19,7 @@
 #   RATES="16 32 50"   Mbit/s both ways (0 = unshaped)   UPLINKS defaults to their count
 #   DELAYS="0 0 0"     one-way delay in ms each way       LOSS="0 0 0"  loss % each way
 #   SITES=1|2          whether the second site exists    BUFFER_MS=50  tbf queue length
+#   JITTER="0 0 0"     extra one-way delay in ms, uniform, never reordering, each way
 #   BRAID=path/to/braid  LINKEMU=path/to/braid-linkemu  (start, and up with delay/loss)
 #   SCHEDULER=afmt     scheduler.algorithm of both gateways
 #   KNOWN_RATES=1      configure site1's uplinks with their RATES (rate_up_kbps and
@@ -38,6 +39,7 @@ read -r -a rates <<<"${RATES:-16 32 50}"
 uplinks=${UPLINKS:-${#rates[@]}}
 read -r -a delays <<<"${DELAYS:-}"
 read -r -a losses <<<"${LOSS:-}"
+read -r -a jitters <<<"${JITTER:-}"
 sites=${SITES:-1}
 
 ns() { echo "$name-$1"; }
@@ -62,8 +64,8 @@ new_ns() {
 # The uplink's shaping and emulation, applied inside router namespace NS.
 uplink() { local n; n=$(ns "$1"); shift; ip netns exec "$n" bash "$(dirname "$0")/uplink.sh" "$@"; }
 
-router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS
-    local en=$1 i=$2 r=$3 sub=$4 rate=$5 delay=$6 loss=$7
+router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS [JITTER]
+    local en=$1 i=$2 r=$3 sub=$4 rate=$5 delay=$6 loss=$7 jitter=${8:-0}
     new_ns "$r"
     veth "$en" "up$i" "$r" a
     veth "$r" b ex "u$sub"
@@ -84,7 +86,7 @@ router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS
     uplink "$r" shape b "$rate"
     uplink "$r" shape a "$rate"
     LINKEMU=${LINKEMU:-$(dirname "${BRAID:-$0}")/braid-linkemu} \
-        uplink "$r" emulate a b "$delay" "$loss" "$state/linkemu-$r.log"
+        uplink "$r" emulate a b "$delay" "$loss" "$state/linkemu-$r.log" "$jitter"
 }
 
 site() { # site CLIENT ENTRY LAN_INDEX
@@ -109,7 +111,8 @@ up() {
     inns sv ip -6 route add default via fd00:100::1
     site cl en 1
     for ((i = 1; i <= uplinks; i++)); do
-        router en "$i" "r$i" "$i" "${rates[i - 1]:-0}" "${delays[i - 1]:-0}" "${losses[i - 1]:-0}"
+        router en "$i" "r$i" "$i" "${rates[i - 1]:-0}" "${delays[i - 1]:-0}" "${losses[i - 1]:-0}" \
+            "${jitters[i - 1]:-0}"
     done
     if [ "$sites" = 2 ]; then
         site c2 e2 2

@@ -5,8 +5,9 @@
 #
 #   uplink.sh shape DEV MBIT            tbf at MBIT (0: unshaped) with a queue of
 #                                       BUFFER_MS (default 50) ms, as a modem's buffer
-#   uplink.sh emulate A B DELAY LOSS LOG
-#                                       delay (ms, one way) and loss (%) both ways
+#   uplink.sh emulate A B DELAY LOSS LOG [JITTER]
+#                                       delay (ms, one way), loss (%) and jitter (ms,
+#                                       uniform, never reordering) both ways
 #                                       between devices A and B, through
 #                                       braid-linkemu ($LINKEMU; this kernel may have
 #                                       no netem), logging to LOG; nothing when both
@@ -23,9 +24,9 @@ shape() { # shape DEV MBIT
     tc qdisc replace dev "$dev" root tbf rate "${mbit}mbit" burst "$burst" limit "$limit"
 }
 
-emulate() { # emulate A B DELAY_MS LOSS_PCT LOG
-    local a=$1 b=$2 delay=$3 loss=$4 log=$5
-    [ "$delay" = 0 ] && [ "$loss" = 0 ] && return 0
+emulate() { # emulate A B DELAY_MS LOSS_PCT LOG [JITTER_MS]
+    local a=$1 b=$2 delay=$3 loss=$4 log=$5 jitter=${6:-0}
+    [ "$delay" = 0 ] && [ "$loss" = 0 ] && [ "$jitter" = 0 ] && return 0
     local emu=${LINKEMU:?set LINKEMU to braid-linkemu}
     [ -x "$emu" ] || { echo "error: delay/loss needs braid-linkemu (LINKEMU=$emu)" >&2; exit 1; }
     for dev in eu ed; do
@@ -49,8 +50,9 @@ emulate() { # emulate A B DELAY_MS LOSS_PCT LOG
         [ "$(cat "/proc/sys/net/ipv4/conf/$dev/rp_filter")" = 0 ] ||
             sysctl -qw "net.ipv4.conf.$dev.rp_filter=0"
     done
-    "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" \
-        --dev ed --delay-ms "$delay" --loss-pct "$loss" --seed "$RANDOM" >>"$log" 2>&1 &
+    "$emu" --dev eu --delay-ms "$delay" --loss-pct "$loss" --jitter-ms "$jitter" --seed "$RANDOM" \
+        --dev ed --delay-ms "$delay" --loss-pct "$loss" --jitter-ms "$jitter" --seed "$RANDOM" \
+        >>"$log" 2>&1 &
 }
 
 case "${1:-}" in
