@@ -27,6 +27,22 @@ fn err<T>(path: impl Into<String>, problem: impl Into<String>) -> Result<T, Fiel
     Err(FieldError::new(path, problem))
 }
 
+/// `value`, or an error naming `path` when it is outside `range`.
+fn within<T: PartialOrd + std::fmt::Display>(
+    path: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, FieldError> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        err(
+            path,
+            format!("{value} is outside {}..={}", range.start(), range.end()),
+        )
+    }
+}
+
 /// A validated gateway configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -428,10 +444,7 @@ fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, FieldEr
         }
     };
     let mtu = match t.mtu {
-        Some(m) if !(1280..=65535).contains(&m) => {
-            return err("tun.mtu", format!("{m} is outside 1280..=65535"));
-        }
-        Some(m) => m,
+        Some(m) => within("tun.mtu", m, 1280..=65535)?,
         None => default_tun_mtu(role),
     };
     let routes = t
@@ -521,24 +534,14 @@ fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, FieldError> {
     };
     // A green delay shorter than a packet's time on a slow uplink refuses all green;
     // a buffer smaller than two packets drops what one burst brings.
-    let millis = |key: &str, value: Option<u64>, default: Duration, range: (u64, u64)| match value {
-        None => Ok(default),
-        Some(ms) if (range.0..=range.1).contains(&ms) => Ok(Duration::from_millis(ms)),
-        Some(ms) => err(
-            format!("abe.{key}"),
-            format!("{ms} is outside {}..={}", range.0, range.1),
-        ),
+    let millis = |key: &str, value: Option<u64>, default: Duration, range| {
+        value.map_or(Ok(default), |ms| {
+            within(&format!("abe.{key}"), ms, range).map(Duration::from_millis)
+        })
     };
-    let buffer_bytes = match raw.buffer_bytes {
-        None => defaults.buffer_bytes,
-        Some(b) if (3_000..=100_000_000).contains(&b) => b,
-        Some(b) => {
-            return err(
-                "abe.buffer_bytes",
-                format!("{b} is outside 3000..=100000000"),
-            );
-        }
-    };
+    let buffer_bytes = raw.buffer_bytes.map_or(Ok(defaults.buffer_bytes), |b| {
+        within("abe.buffer_bytes", b, 3_000..=100_000_000)
+    })?;
     Ok(AbeConfig {
         green_dscp: dscp("green_dscp", raw.green_dscp, 45)?,
         blue_dscp: dscp("blue_dscp", raw.blue_dscp, 0)?,
@@ -550,13 +553,13 @@ fn validate_abe(raw: &raw::RawAbe) -> Result<AbeConfig, FieldError> {
                 "green_delay_ms",
                 raw.green_delay_ms,
                 defaults.green_delay,
-                (1, 1000),
+                1..=1000,
             )?,
             control_interval: millis(
                 "control_interval_ms",
                 raw.control_interval_ms,
                 defaults.control_interval,
-                (10, 60_000),
+                10..=60_000,
             )?,
         },
     })

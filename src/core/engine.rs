@@ -285,11 +285,16 @@ impl Lane {
         self.handed_bytes.saturating_sub(self.dequeued_bytes)
     }
 
-    /// Bytes ahead of a packet scheduled on the lane now: in its uplink's shaper, in
-    /// braid's queue and in quinn's.
+    /// Bytes handed to the lane and not yet sent: in braid's queue and in quinn's.
+    fn own_queue(&self) -> u64 {
+        self.queued_bytes() + self.quinn_queued_bytes
+    }
+
+    /// Bytes ahead of a packet scheduled on the lane now: its own queue, and its
+    /// uplink shaper's (both colours').
     fn fill(&self, shapers: &[UplinkShaper]) -> u64 {
         let shaped = self.shaper.map_or(0, |s| shapers[s].shaper.queued_bytes());
-        shaped + self.queued_bytes() + self.quinn_queued_bytes
+        shaped + self.own_queue()
     }
 
     /// From when the lane counts as silent, unless it is heard from before.
@@ -327,10 +332,8 @@ pub struct GreenDrops {
 pub struct ShaperReport<'a> {
     pub site: SiteIdx,
     pub uplink: &'a str,
-    pub rate_kbps: u64,
     /// DSD's g.
     pub green_bias: f64,
-    pub queued_bytes: u64,
 }
 
 /// The data path state machine.
@@ -686,12 +689,14 @@ impl DataPath {
         }
         let silent_from = l.silent_from(self.lane_stall);
         let alive = now < silent_from;
-        let fill = l.fill(&self.shapers);
+        // Its own queue, not its uplink shaper's: the other colour's packets there
+        // would keep it from ever returning while they flow.
         if !alive {
             l.recovering = true;
-        } else if l.recovering && fill == 0 && l.left_quinn >= l.handed_datagrams {
+        } else if l.recovering && l.own_queue() == 0 && l.left_quinn >= l.handed_datagrams {
             l.recovering = false;
         }
+        let fill = l.fill(&self.shapers);
         let up = !l.retired && !l.closed && sample.max_datagram > 0 && alive && !l.recovering;
         if up {
             self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
@@ -962,8 +967,6 @@ impl DataPath {
         &self.queue_delay[colour as usize]
     }
 
-    /// Packets of a site written to the TUN device after a later-sent packet of their
-    /// flow: the reordering the inner flows see.
     pub fn green_drops(&self) -> GreenDrops {
         self.green_drops
     }
@@ -973,12 +976,12 @@ impl DataPath {
         self.shapers.iter().map(|s| ShaperReport {
             site: s.site,
             uplink: &s.uplink,
-            rate_kbps: s.shaper.rate_kbps(),
             green_bias: s.shaper.green_bias(),
-            queued_bytes: s.shaper.queued_bytes(),
         })
     }
 
+    /// Packets of a site written to the TUN device after a later-sent packet of their
+    /// flow: the reordering the inner flows see.
     pub fn reordered(&self, site: SiteIdx) -> u64 {
         self.sites[site.0 as usize].reseq.counters().reordered
     }
@@ -1209,6 +1212,7 @@ impl DataPath {
                 continue;
             };
             let Some(view) = view_mut(&mut self.sites, lane.site, id) else {
+                self.count_drop(DropReason::NoLane);
                 continue;
             };
             self.queue_delay[r.colour as usize].observe(r.waited);
@@ -2371,6 +2375,37 @@ pub(crate) mod tests {
             .filter(|w| **w > Duration::from_millis(20))
             .count();
         assert!(late > fifo_waits.len() / 2, "{fifo_waits:?}");
+    }
+
+    #[test]
+    fn a_shaped_lane_returns_while_the_other_colour_keeps_its_uplink_shaper_busy() {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let [green, blue] = Colour::ALL.map(|colour| {
+            let up = LaneUp {
+                site: "a",
+                uplink: "dsl",
+                colour,
+                rank: 0,
+                rate_kbps: Some(1_000),
+            };
+            let id = e.handle_lane_up(up, at(0)).expect("site a");
+            e.handle_lane_sample(id, sample(1400, 1), at(0));
+            id
+        });
+        // The blue lane's peer falls silent for longer than an idle lane may: given up.
+        e.handle_lane_sample(green, sample(1400, 2), at(500));
+        e.handle_lane_sample(blue, sample(1400, 1), at(500));
+        assert!(!e.lane(blue).expect("blue").view.up);
+        // Green packets wait in the uplink's shaper...
+        let ef = with_dscp(tcp_v4("198.18.0.2", 7, "203.0.113.1", 80), 46);
+        for _ in 0..5 {
+            send(&mut e, &ef, at(500));
+        }
+        assert!(e.shapers[0].shaper.queued_bytes() > 0);
+        // ...when blue is heard again with nothing of its own left: it is back.
+        let heard = drained(&e, blue, 2);
+        e.handle_lane_sample(blue, heard, at(510));
+        assert!(e.lane(blue).expect("blue").view.up);
     }
 
     #[test]

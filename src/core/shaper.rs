@@ -156,10 +156,6 @@ impl Shaper {
         }
     }
 
-    pub fn rate_kbps(&self) -> u64 {
-        self.rate_kbps
-    }
-
     /// Bytes the uplink sends per second, as the shaper sends them.
     pub fn rate_bytes_per_sec(&self) -> u64 {
         shaped_rate_bps(self.rate_kbps) / 8
@@ -308,7 +304,7 @@ mod tests {
         shaper.set_lane(Colour::Blue, LaneId(0));
         queue_blue(&mut shaper, 20);
         let (mut out, mut stale) = (Vec::new(), 0);
-        // Idle until 100 ms: 2 ms of credit at most, two packets and the one due now.
+        // Idle until 100 ms: 2 ms of credit at most, the packets due from 98 ms on: two.
         shaper.release(at_us(100_000), &mut out, &mut stale);
         assert_eq!(out.len(), 2);
     }
