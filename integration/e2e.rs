@@ -282,6 +282,22 @@ fn tcp_50mb_arrives_intact_in_each_direction() {
         "upload: {n} bytes intact in {secs:.1} s = {:.1} Mbit/s",
         n as f64 * 8.0 / secs / 1e6
     );
+
+    // Both ways the sending gateway read the senders' TCP super-packets from its TUN
+    // device and cut them, and the receiving one merged segments into super-packets
+    // for its own: the bytes above crossed the offloads intact.
+    for role in ["en", "ex"] {
+        for direction in ["read", "write"] {
+            let labels = format!("{{direction=\"{direction}\"}}");
+            let supers = tb.metric(role, &format!("braid_tun_super_packets_total{labels}"));
+            let packets = tb.metric(role, &format!("braid_tun_offload_packets_total{labels}"));
+            println!("{role} {direction}: {packets} packets in {supers} super-packets");
+            assert!(
+                supers > 100.0 && packets > 2.0 * supers,
+                "{role}: {packets} packets in {supers} super-packets ({direction})"
+            );
+        }
+    }
 }
 
 /// One lane metric of site1's blue lanes on a gateway, per uplink `up1..=up<n>`.
@@ -298,7 +314,15 @@ fn per_uplink(tb: &Testbed, role: &str, family: &str, n: u32) -> Vec<f64> {
 
 #[test]
 fn afmt_spreads_parallel_downloads_over_all_three_uplinks_without_reordering() {
-    let mut tb = Testbed::up("e2eafmt", &[("RATES", "16 32 50"), ("SCHEDULER", "afmt")]);
+    // Gateways without TUN offloads (a kernel that refuses them) as well.
+    let mut tb = Testbed::up(
+        "e2eafmt",
+        &[
+            ("RATES", "16 32 50"),
+            ("SCHEDULER", "afmt"),
+            ("TUN_OFFLOAD", "false"),
+        ],
+    );
     tb.start();
     let reordered = |tb: &Testbed| tb.metric("en", "braid_reordered_packets_total{site=\"site1\"}");
     let received = |tb: &Testbed| -> f64 {
@@ -338,6 +362,10 @@ fn afmt_spreads_parallel_downloads_over_all_three_uplinks_without_reordering() {
             "uplink {} carried only {share:.1} % of {total} bytes",
             i + 1
         );
+    }
+    for role in ["en", "ex"] {
+        let supers = tb.metric(role, "braid_tun_super_packets_total{direction=\"read\"}");
+        assert_eq!(supers, 0.0, "{role} read super-packets without offloads");
     }
     let (reordered, received) = (reordered(&tb) - reordered0, received(&tb) - received0);
     println!("reordered: {reordered} of {received} packets");

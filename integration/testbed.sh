@@ -25,6 +25,8 @@
 #   KNOWN_RATES=1      configure site1's uplinks with their RATES (rate_up_kbps and
 #                      rate_down_kbps): braid shapes them and serves them with DSD
 #   ABE_SCHEDULER=dsd  abe.scheduler of both gateways (dsd or fifo)
+#   TUN_OFFLOAD=false  tun.offload of both gateways (a packet per TUN read and write);
+#                      unset, the key is left out (builds before it refuse it)
 #
 # Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
 #   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
@@ -130,6 +132,7 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "name = \"braid0\""
         echo "address = [\"198.18.251.1/32\", \"fd00:251::1/128\"]"
         echo "routes = [\"198.18.100.0/24\", \"fd00:100::/64\"]"
+        [ -z "${TUN_OFFLOAD:-}" ] || echo "offload = $TUN_OFFLOAD"
         echo "[tls]"
         echo "ca = \"ca.pem\""
         echo "cert = \"$2.pem\""
@@ -167,6 +170,7 @@ role = "exit"
 [tun]
 name = "braid0"
 address = ["198.18.252.1/32", "fd00:252::1/128"]
+$([ -z "${TUN_OFFLOAD:-}" ] || echo "offload = $TUN_OFFLOAD")
 [tls]
 ca = "ca.pem"
 cert = "exit.pem"

@@ -184,7 +184,6 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         metrics,
         clock,
         tun,
-        tun_mtu: config.tun.mtu as usize,
         events: events_rx,
         commands: commands_rx,
         status,

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -23,12 +24,13 @@ use crate::clock::Clock;
 use crate::config::SchedulerConfig;
 use crate::core::engine::{DataPath, LaneUp, SiteIdx, SiteSpec};
 use crate::core::lane::{LaneId, LaneSample};
+use crate::core::offload::{Coalescer, MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::{LaneEvent, NewLane};
-use crate::metrics::{Export, Metrics};
+use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
 use crate::status::{Status, StatusBuilder};
 use crate::tun::Tun;
@@ -56,7 +58,10 @@ struct SendProgress {
 
 /// What lane receive tasks send to the driver.
 enum LaneInput {
-    Datagram(LaneId, Bytes),
+    /// The datagrams quinn had ready for the lane, in order (at most [`BATCH`]): one
+    /// message per batch, so that the driver takes them in one wake-up, and the TUN
+    /// device gets their TCP segments merged.
+    Datagrams(LaneId, Vec<Bytes>),
     Closed(LaneId),
 }
 
@@ -128,7 +133,6 @@ pub struct Driver {
     engine: DataPath,
     clock: Clock,
     tun: Arc<Tun>,
-    tun_mtu: usize,
     /// By `LaneId`.
     lanes: Vec<Option<LaneIo>>,
     /// The send and receive tasks of every lane; they end with their lane, and those
@@ -137,7 +141,13 @@ pub struct Driver {
     events: mpsc::Receiver<LaneEvent>,
     input_tx: mpsc::Sender<LaneInput>,
     input_rx: mpsc::Receiver<LaneInput>,
+    /// What one TUN read lands in: a virtio-net header and up to a 64 KB super-packet.
+    tun_read: Vec<u8>,
+    /// Where packets are built for the engine, each behind room for its datagram header.
     rx_buf: BytesMut,
+    /// The packets of one wake-up on their way to the TUN device.
+    tun_writes: Coalescer,
+    offload_counts: TunOffload,
     app_stats: AppStats,
     commands: mpsc::Receiver<DriverCommand>,
     /// Copies the engine's counters into the metrics.
@@ -158,7 +168,6 @@ pub struct DriverParts {
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
     pub tun: Tun,
-    pub tun_mtu: usize,
     pub events: mpsc::Receiver<LaneEvent>,
     pub commands: mpsc::Receiver<DriverCommand>,
     pub status: Arc<Mutex<Status>>,
@@ -173,26 +182,28 @@ impl Driver {
             metrics,
             clock,
             tun,
-            tun_mtu,
             events,
             commands,
             status,
             notifier,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
+        let tun_writes = Coalescer::new(tun.offload());
         let export = Export::new(metrics, &engine);
         let status_builder = StatusBuilder::new(engine.role());
         Driver {
             engine,
             clock,
             tun: Arc::new(tun),
-            tun_mtu,
             lanes: Vec::new(),
             lane_tasks: tokio::task::JoinSet::new(),
             events,
             input_tx,
             input_rx,
+            tun_read: vec![0; VNET_HDR_LEN + MAX_SUPER_PACKET],
             rx_buf: BytesMut::with_capacity(256 * 1024),
+            tun_writes,
+            offload_counts: TunOffload::default(),
             app_stats,
             commands,
             export,
@@ -262,29 +273,18 @@ impl Driver {
                     self.engine.handle_peer_refused(reason);
                 }
                 Wake::Input(input) => {
-                    self.handle_input(input, now);
-                    for _ in 1..BATCH {
+                    let mut taken = self.handle_input(input, now);
+                    while taken < BATCH {
                         match self.input_rx.try_recv() {
-                            Ok(input) => self.handle_input(input, now),
+                            Ok(input) => taken += self.handle_input(input, now),
                             Err(_) => break,
                         }
                     }
                 }
                 Wake::Tun(Ok(mut guard)) => {
                     for _ in 0..BATCH {
-                        // Read behind room for the datagram header, so that the
-                        // datagram is built in place.
-                        self.rx_buf.resize(DATAGRAM_HEADER_LEN + self.tun_mtu, 0);
-                        let room = &mut self.rx_buf[DATAGRAM_HEADER_LEN..];
-                        match guard.try_io(|fd| fd.get_ref().recv(room)) {
-                            Ok(Ok(n)) => {
-                                self.rx_buf.truncate(DATAGRAM_HEADER_LEN + n);
-                                let datagram = self.rx_buf.split();
-                                self.engine.handle_tun_packet(datagram, now);
-                                // At once, not after the batch: the lane's send task
-                                // on the other core starts while this one reads on.
-                                self.carry_out();
-                            }
+                        match guard.try_io(|fd| Tun::read(fd, &mut self.tun_read)) {
+                            Ok(Ok(n)) => self.handle_tun_read(n, now),
                             Ok(Err(e)) => {
                                 warn!(error = %e, "reading the TUN device");
                                 break;
@@ -300,6 +300,7 @@ impl Driver {
             }
             self.engine.handle_timeout(now);
             self.carry_out();
+            self.flush_tun_writes();
             // Checked on every wake-up, so that traffic cannot starve them.
             if now >= export_at {
                 self.export_metrics();
@@ -318,6 +319,7 @@ impl Driver {
                 watchdog_at = now + every;
             }
         }
+        self.flush_tun_writes();
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
         }
@@ -340,12 +342,8 @@ impl Driver {
             }
         }
         while let Some(packet) = self.engine.poll_tun_write() {
-            match self.tun.write(&packet) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    self.engine.handle_tun_full();
-                }
-                Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
+            if self.tun_writes.push(packet) {
+                self.flush_tun_writes();
             }
         }
         while let Some((lane, why)) = self.engine.poll_lane_close() {
@@ -353,6 +351,58 @@ impl Driver {
                 io.conn.close(0u32.into(), why.reason());
             }
         }
+    }
+
+    /// Hands the engine the packets of one TUN read of `n` bytes: one packet, or the
+    /// segments of a TCP super-packet.
+    fn handle_tun_read(&mut self, n: usize, now: Instant) {
+        // Moved out for the loop, so that the engine can be driven while it is read.
+        let buf = std::mem::take(&mut self.tun_read);
+        match TunRead::parse(&buf[..n]) {
+            Ok(read) => {
+                let segments = read.segments();
+                if segments > 1 {
+                    self.offload_counts.read_super += 1;
+                    self.offload_counts.read_packets += segments as u64;
+                }
+                for i in 0..segments {
+                    // Built behind room for the datagram header, so that the datagram
+                    // is built in place.
+                    self.rx_buf
+                        .resize(DATAGRAM_HEADER_LEN + read.segment_len(i), 0);
+                    read.write_segment(i, &mut self.rx_buf[DATAGRAM_HEADER_LEN..]);
+                    let datagram = self.rx_buf.split();
+                    self.engine.handle_tun_packet(datagram, now);
+                    // At once, not after the read: the lane's send task on the other
+                    // core starts while this one reads on.
+                    self.carry_out();
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "an unreadable packet from the TUN device");
+                self.engine.handle_tun_malformed();
+            }
+        }
+        self.tun_read = buf;
+    }
+
+    /// Writes what the wake-up has for the TUN device, merged where the kernel allows.
+    fn flush_tun_writes(&mut self) {
+        let (tun, engine, counts) = (&self.tun, &mut self.engine, &mut self.offload_counts);
+        self.tun_writes
+            .flush(|write| match tun.write(write.head, write.body) {
+                Ok(_) if write.packets > 1 => {
+                    counts.write_super += 1;
+                    counts.write_packets += write.packets as u64;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    for _ in 0..write.packets {
+                        engine.handle_tun_full();
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
+            });
     }
 
     fn add_lane(&mut self, lane: NewLane, now: Instant) {
@@ -406,11 +456,16 @@ impl Driver {
         self.export_metrics();
     }
 
-    fn handle_input(&mut self, input: LaneInput, now: Instant) {
+    /// Hands the engine what a lane's receive task sent; how many inputs that was.
+    fn handle_input(&mut self, input: LaneInput, now: Instant) -> usize {
         match input {
-            LaneInput::Datagram(lane, datagram) => {
-                self.engine.handle_lane_datagram(lane, datagram, now);
-                self.carry_out();
+            LaneInput::Datagrams(lane, datagrams) => {
+                let n = datagrams.len();
+                for datagram in datagrams {
+                    self.engine.handle_lane_datagram(lane, datagram, now);
+                    self.carry_out();
+                }
+                n
             }
             LaneInput::Closed(lane) => {
                 // Its last counts reach the metrics before the lane is forgotten.
@@ -427,6 +482,7 @@ impl Driver {
                     info!(lane = %lane, "lane removed");
                 }
                 while self.lane_tasks.try_join_next().is_some() {}
+                1
             }
         }
     }
@@ -489,6 +545,7 @@ impl Driver {
     /// engine is ready and whenever the number of lanes up changes.
     fn export_metrics(&mut self) {
         self.export.copy(&self.engine);
+        self.export.copy_offload(&self.offload_counts);
         self.app_stats.export(&self.engine);
         if !self.ready && self.engine.ready() {
             self.notifier.ready();
@@ -546,8 +603,17 @@ async fn send_loop(
 }
 
 async fn receive_loop(id: LaneId, conn: quinn::Connection, input: mpsc::Sender<LaneInput>) {
-    while let Ok(datagram) = conn.read_datagram().await {
-        if input.send(LaneInput::Datagram(id, datagram)).await.is_err() {
+    while let Ok(first) = conn.read_datagram().await {
+        let mut batch = Vec::with_capacity(BATCH);
+        batch.push(first);
+        // Whatever else quinn has ready goes with it, without waiting for more.
+        while batch.len() < BATCH {
+            match conn.read_datagram().now_or_never() {
+                Some(Ok(datagram)) => batch.push(datagram),
+                _ => break,
+            }
+        }
+        if input.send(LaneInput::Datagrams(id, batch)).await.is_err() {
             return;
         }
     }

@@ -55,6 +55,10 @@ pub struct Metrics {
     reloads: [IntCounter; 2],
     /// Pacing state files found unusable at start and set aside.
     pub state_set_aside: IntCounter,
+    /// `tun_super_packets_total{direction}` and `tun_offload_packets_total{direction}`,
+    /// by [`TunOffload`] field order: read, write.
+    tun_super_packets: [IntCounter; 2],
+    tun_offload_packets: [IntCounter; 2],
     app_target: IntGaugeVec,
     app_tx_bytes: IntCounterVec,
     app_queue: IntGaugeVec,
@@ -296,6 +300,30 @@ impl Metrics {
                 registry.register(Box::new(c.clone()))?;
                 c
             },
+            tun_super_packets: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "tun_super_packets_total",
+                        "TCP super-packets read from the TUN device (cut into segments) \
+                         or written to it (merged from segments), by direction",
+                    ),
+                    &["direction"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                ["read", "write"].map(|direction| c.with_label_values(&[direction]))
+            },
+            tun_offload_packets: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "tun_offload_packets_total",
+                        "Packets that crossed the TUN device inside super-packets, by \
+                         direction",
+                    ),
+                    &["direction"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                ["read", "write"].map(|direction| c.with_label_values(&[direction]))
+            },
             app_target: gauge(
                 "app_rate_target_bps",
                 "The application's paced rate (0: unpaced)",
@@ -530,6 +558,8 @@ impl Collector for SharedCollector {
 /// first drop of each reason is logged as a warning.
 pub struct Export {
     metrics: Arc<Metrics>,
+    /// The offload counts last copied: (super-packets, packets in them), read and write.
+    offload: [(u64, u64); 2],
     drops: [u64; DropReason::ALL.len()],
     /// The colour counts last copied, by `Colour as usize`.
     colour_packets: [u64; 2],
@@ -544,6 +574,16 @@ pub struct Export {
     /// Every uplink a lane came up on: its site and name, its `uplink_up` gauge, and
     /// whether one of its lanes (of either colour) is up.
     uplinks: Vec<UplinkExport>,
+}
+
+/// Super-packets that crossed the TUN device and the packets they carried, counted by
+/// the driver.
+#[derive(Debug, Default)]
+pub struct TunOffload {
+    pub read_super: u64,
+    pub read_packets: u64,
+    pub write_super: u64,
+    pub write_packets: u64,
 }
 
 struct LaneExport {
@@ -564,6 +604,7 @@ impl Export {
     pub fn new(metrics: Arc<Metrics>, engine: &DataPath) -> Export {
         let mut export = Export {
             metrics,
+            offload: [(0, 0); 2],
             drops: [0; DropReason::ALL.len()],
             colour_packets: [0; 2],
             colour_fallbacks: [0; 2],
@@ -627,6 +668,20 @@ impl Export {
     }
 
     /// Copies what changed since the last call.
+    /// Copies the driver's TUN offload counts.
+    pub fn copy_offload(&mut self, counts: &TunOffload) {
+        let now = [
+            (counts.read_super, counts.read_packets),
+            (counts.write_super, counts.write_packets),
+        ];
+        for (i, (supers, packets)) in now.into_iter().enumerate() {
+            let (old_supers, old_packets) = self.offload[i];
+            self.metrics.tun_super_packets[i].inc_by(supers - old_supers);
+            self.metrics.tun_offload_packets[i].inc_by(packets - old_packets);
+            self.offload[i] = (supers, packets);
+        }
+    }
+
     pub fn copy(&mut self, engine: &DataPath) {
         self.add_sites(engine);
         for reason in DropReason::ALL {

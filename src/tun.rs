@@ -1,53 +1,84 @@
-//! The TUN device: created with tun-tap, configured (MTU, addresses, routes, up) over
-//! netlink, read and written without blocking through tokio's reactor. The kernel
-//! removes the device, and with it its addresses and routes, when the daemon closes it.
+//! The TUN device: created with a virtio-net header in front of every packet and, where
+//! the kernel allows, with TCP segmentation and checksum offloads (so that one read
+//! brings up to 64 KB of a TCP flow and one write hands over as much: see
+//! [`crate::core::offload`]); configured (MTU, addresses, routes, up) over netlink;
+//! read and written without blocking through tokio's reactor. The kernel removes the
+//! device, and with it its addresses and routes, when the daemon closes it.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, IoSlice, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 
 use anyhow::Context;
 use futures::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::{LinkUnspec, RouteMessageBuilder};
 use tokio::io::unix::AsyncFd;
-use tun_tap::{Iface, Mode};
+use tracing::warn;
 
 use crate::config::TunConfig;
 
+/// Offloads asked of the kernel: checksums, and TCP segmentation over IPv4 and IPv6.
+const OFFLOADS: u32 = nix::libc::TUN_F_CSUM | nix::libc::TUN_F_TSO4 | nix::libc::TUN_F_TSO6;
+
 /// An open, configured TUN device.
 pub struct Tun {
-    fd: AsyncFd<Iface>,
+    fd: AsyncFd<File>,
     name: String,
+    offload: bool,
 }
 
 impl Tun {
     /// Creates the device and configures it; `routes` are sent into the tunnel.
     pub async fn open(cfg: &TunConfig, routes: &[IpNet]) -> anyhow::Result<Tun> {
-        let iface = Iface::without_packet_info(&cfg.name, Mode::Tun)
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open("/dev/net/tun")
             .with_context(|| format!("opening TUN device {} (are you root?)", cfg.name))?;
-        iface
-            .set_non_blocking()
-            .with_context(|| format!("making TUN device {} non-blocking", cfg.name))?;
-        let name = iface.name().to_string();
+        let name = crate::sys::tun_attach(&file, &cfg.name)
+            .with_context(|| format!("creating TUN device {} (are you root?)", cfg.name))?;
+        // Without offloads every packet is read and written alone, as before them.
+        let offload = cfg.offload
+            && crate::sys::tun_set_offload(&file, OFFLOADS)
+                .inspect_err(|e| {
+                    warn!(tun = name, error = %e, "the kernel refused TUN offloads; going without")
+                })
+                .is_ok();
         configure(&name, cfg, routes)
             .await
             .with_context(|| format!("configuring TUN device {name}"))?;
-        let fd = crate::sys::async_fd(iface)
+        let fd = crate::sys::async_fd(file)
             .with_context(|| format!("registering TUN device {name} with the reactor"))?;
-        Ok(Tun { fd, name })
+        Ok(Tun { fd, name, offload })
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// True if the kernel hands over and takes TCP super-packets.
+    pub fn offload(&self) -> bool {
+        self.offload
+    }
+
     /// Waits until a packet can be read.
-    pub async fn readable(&self) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, Iface>> {
+    pub async fn readable(&self) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, File>> {
         self.fd.readable().await
     }
 
-    /// Writes one packet; a full device queue drops it (`WouldBlock`).
-    pub fn write(&self, packet: &[u8]) -> io::Result<usize> {
-        self.fd.get_ref().send(packet)
+    /// Reads one packet, virtio-net header first, from a device the caller saw readable.
+    pub fn read(fd: &AsyncFd<File>, buf: &mut [u8]) -> io::Result<usize> {
+        fd.get_ref().read(buf)
+    }
+
+    /// Writes one packet given as its virtio-net header and the rest (either may hold
+    /// the packet); a full device queue drops it (`WouldBlock`).
+    pub fn write(&self, head: &[u8], body: &[u8]) -> io::Result<usize> {
+        self.fd
+            .get_ref()
+            .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
     }
 }
 

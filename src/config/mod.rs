@@ -95,6 +95,9 @@ pub struct TunConfig {
     pub addresses: Vec<IpNet>,
     pub mtu: u32,
     pub routes: Vec<IpNet>,
+    /// Ask the kernel for TCP segmentation and checksum offloads (`tun.offload`,
+    /// default true).
+    pub offload: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -458,6 +461,7 @@ fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, FieldEr
         addresses,
         mtu,
         routes,
+        offload: t.offload.unwrap_or(true),
     })
 }
 

@@ -44,6 +44,7 @@ pub struct RawTun {
     pub mtu: Option<u32>,
     #[serde(default)]
     pub routes: Vec<String>,
+    pub offload: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -869,6 +869,11 @@ impl DataPath {
         self.count_drop(reason);
     }
 
+    /// Counts a read from the TUN device that held no packet braid can take apart.
+    pub fn handle_tun_malformed(&mut self) {
+        self.count_drop(DropReason::Malformed);
+    }
+
     /// Counts a packet the TUN device refused because its queue was full.
     pub fn handle_tun_full(&mut self) {
         self.count_drop(DropReason::QueueFull);

@@ -17,6 +17,7 @@ pub mod hash;
 pub mod icmp;
 pub mod lane;
 pub mod lane_cc;
+pub mod offload;
 pub mod pacer;
 pub mod pacing_table;
 pub mod packet;
