@@ -452,12 +452,24 @@ impl Coalescer {
                 });
                 continue;
             }
-            self.merge_group(&group);
-            write(TunWrite {
-                head: &self.scratch,
-                body: &[],
-                packets: group.count,
-            });
+            if self.merge_group(&group) {
+                write(TunWrite {
+                    head: &self.scratch,
+                    body: &[],
+                    packets: group.count,
+                });
+                continue;
+            }
+            // Unreachable (a group's first packet is TCP), but never lose packets.
+            let mut member = Some(group.first);
+            while let Some(i) = member {
+                write(TunWrite {
+                    head: &PLAIN_VNET_HDR,
+                    body: &self.packets[i],
+                    packets: 1,
+                });
+                member = self.next[i];
+            }
         }
         self.packets.clear();
         self.next.clear();
@@ -466,11 +478,12 @@ impl Coalescer {
 
     /// Builds the super-packet of `group` in the scratch buffer: its first packet's
     /// headers, every payload, and the virtio-net header that asks the kernel to cut it
-    /// back into segments of the first one's size.
-    fn merge_group(&mut self, group: &Group) {
+    /// back into segments of the first one's size. False if the first packet is not
+    /// TCP after all.
+    fn merge_group(&mut self, group: &Group) -> bool {
         let head = &self.packets[group.first];
         let Some(layout) = tcp_layout(head) else {
-            return;
+            return false;
         };
         let mss = head.len() - layout.headers;
         let (ip_len, v6) = (layout.ip_len, layout.v6);
@@ -502,6 +515,7 @@ impl Coalescer {
         // the rest for each segment it cuts.
         let partial = pseudo_header_sum(packet, v6, len - ip_len) as u16;
         put_u16(packet, ip_len + TCP_CHECKSUM, partial);
+        true
     }
 }
 
