@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -368,9 +368,8 @@ impl Driver {
                 for i in 0..segments {
                     // Built behind room for the datagram header, so that the datagram
                     // is built in place.
-                    self.rx_buf
-                        .resize(DATAGRAM_HEADER_LEN + read.segment_len(i), 0);
-                    read.write_segment(i, &mut self.rx_buf[DATAGRAM_HEADER_LEN..]);
+                    self.rx_buf.put_bytes(0, DATAGRAM_HEADER_LEN);
+                    read.write_segment(i, &mut self.rx_buf);
                     let datagram = self.rx_buf.split();
                     self.engine.handle_tun_packet(datagram, now);
                     // At once, not after the read: the lane's send task on the other
@@ -389,20 +388,19 @@ impl Driver {
     /// Writes what the wake-up has for the TUN device, merged where the kernel allows.
     fn flush_tun_writes(&mut self) {
         let (tun, engine, counts) = (&self.tun, &mut self.engine, &mut self.offload_counts);
-        self.tun_writes
-            .flush(|write| match tun.write(write.head, write.body) {
-                Ok(_) if write.packets > 1 => {
-                    counts.write_super += 1;
-                    counts.write_packets += write.packets as u64;
+        self.tun_writes.flush(|write| match tun.write(write.parts) {
+            Ok(_) if write.packets > 1 => {
+                counts.write_super += 1;
+                counts.write_packets += write.packets as u64;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                for _ in 0..write.packets {
+                    engine.handle_tun_full();
                 }
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    for _ in 0..write.packets {
-                        engine.handle_tun_full();
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
-            });
+            }
+            Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
+        });
     }
 
     fn add_lane(&mut self, lane: NewLane, now: Instant) {

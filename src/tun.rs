@@ -73,12 +73,10 @@ impl Tun {
         fd.get_ref().read(buf)
     }
 
-    /// Writes one packet given as its virtio-net header and the rest (either may hold
-    /// the packet); a full device queue drops it (`WouldBlock`).
-    pub fn write(&self, head: &[u8], body: &[u8]) -> io::Result<usize> {
-        self.fd
-            .get_ref()
-            .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
+    /// Writes one packet, its virtio-net header first, given in pieces; a full device
+    /// queue drops it (`WouldBlock`).
+    pub fn write(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.fd.get_ref().write_vectored(parts)
     }
 }
 

@@ -13,7 +13,9 @@
 //! with valid checksums, so that the kernel never gives a corrupt packet a fresh one.
 //! Pure: bytes in, bytes out.
 
-use bytes::Bytes;
+use std::io::IoSlice;
+
+use bytes::{Bytes, BytesMut};
 
 use super::packet::{PROTO_TCP, checksum_add, checksum_finish};
 
@@ -135,13 +137,15 @@ impl<'a> TunRead<'a> {
         }
     }
 
-    /// Writes packet `i` into `out`, which is [`Self::segment_len`] long, headers and
-    /// checksums complete.
-    pub fn write_segment(&self, i: usize, out: &mut [u8]) {
+    /// Appends packet `i` to `out`, headers and checksums complete: built where it
+    /// ends up, without a zeroed buffer to write it into first.
+    pub fn write_segment(&self, i: usize, out: &mut BytesMut) {
+        let at = out.len();
         match self.kind {
-            ReadKind::Plain => out.copy_from_slice(self.packet),
+            ReadKind::Plain => out.extend_from_slice(self.packet),
             ReadKind::Checksum { start, offset } => {
-                out.copy_from_slice(self.packet);
+                out.extend_from_slice(self.packet);
+                let out = &mut out[at..];
                 let sum = checksum_finish(checksum_add(0, &out[start..]));
                 // Zero means "no checksum" to UDP; Linux sends its equal, all ones.
                 let sum = if sum == 0 { 0xffff } else { sum };
@@ -158,11 +162,13 @@ impl TcpLayout {
         start..(start + self.mss).min(len)
     }
 
-    fn write_segment(&self, packet: &[u8], i: usize, out: &mut [u8]) {
+    fn write_segment(&self, packet: &[u8], i: usize, out: &mut BytesMut) {
         let payload = self.payload_range(i, packet.len());
-        let (ip_len, headers) = (self.ip_len, self.headers);
-        out[..headers].copy_from_slice(&packet[..headers]);
-        out[headers..].copy_from_slice(&packet[payload]);
+        let at = out.len();
+        out.extend_from_slice(&packet[..self.headers]);
+        out.extend_from_slice(&packet[payload]);
+        let out = &mut out[at..];
+        let ip_len = self.ip_len;
         let len = out.len();
         if self.v6 {
             put_u16(out, 4, (len - ip_len) as u16);
@@ -248,8 +254,7 @@ struct Mergeable {
 }
 
 impl Mergeable {
-    fn parse(packet: &[u8]) -> Option<Mergeable> {
-        let layout = tcp_layout(packet)?;
+    fn parse(packet: &[u8], layout: TcpLayout) -> Option<Mergeable> {
         let (ip_len, v6) = (layout.ip_len, layout.v6);
         let declared = if v6 {
             40 + usize::from(get_u16(packet, 4))
@@ -290,16 +295,14 @@ impl Mergeable {
     }
 }
 
-/// True if `a` and `b` are TCP packets of one connection and direction.
-fn same_tcp_flow(a: &[u8], b: &[u8]) -> bool {
-    match (tcp_layout(a), tcp_layout(b)) {
-        (Some(x), Some(y)) if x.v6 == y.v6 && x.ip_len == y.ip_len => {
-            let addresses = if x.v6 { 8..40 } else { 12..20 };
-            a[addresses.clone()] == b[addresses]
-                && a[x.ip_len..x.ip_len + 4] == b[y.ip_len..y.ip_len + 4]
-        }
-        _ => false,
-    }
+/// True if the TCP packets `a` and `b` (laid out as `x` and `y`) are of one connection
+/// and direction.
+fn same_tcp_flow(a: &[u8], x: &TcpLayout, b: &[u8], y: &TcpLayout) -> bool {
+    let addresses = if x.v6 { 8..40 } else { 12..20 };
+    x.v6 == y.v6
+        && x.ip_len == y.ip_len
+        && a[addresses.clone()] == b[addresses]
+        && a[x.ip_len..x.ip_len + 4] == b[y.ip_len..y.ip_len + 4]
 }
 
 /// True if `next`'s headers are `head`'s but for what differs between segments of one
@@ -321,14 +324,17 @@ fn same_headers(head: &[u8], next: &[u8], layout: &TcpLayout) -> bool {
 
 /// Packets one wake-up writes to the TUN device, merged where Linux's GRO would merge
 /// them. The packets of a flow keep their order: a packet joins only its flow's latest
-/// group, and groups are written in the order they began.
+/// group, and groups are written in the order they began. A merged packet is written
+/// from the packets themselves, one `writev` with a piece per payload: only its
+/// headers are built anew.
 pub struct Coalescer {
     merge: bool,
     packets: Vec<Bytes>,
     /// Per packet: the next packet of its group.
     next: Vec<Option<usize>>,
     groups: Vec<Group>,
-    scratch: Vec<u8>,
+    /// The virtio-net header and the IP and TCP headers of the packet being written.
+    headers: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -338,10 +344,11 @@ struct Group {
     count: usize,
     /// Length of the packet the group becomes.
     len: usize,
+    /// The first packet's layout, if it is TCP that may be merged with.
+    tcp: Option<TcpLayout>,
     /// What the next segment must look like; `None` once nothing may join.
     open: Option<Opening>,
     push: bool,
-    tcp: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -350,12 +357,10 @@ struct Opening {
     next_seq: u32,
 }
 
-/// What a flush writes: one packet with its virtio-net header.
+/// What a flush writes: one packet behind its virtio-net header, in pieces.
 pub struct TunWrite<'a> {
-    /// The header, and for a merged packet the whole packet.
-    pub head: &'a [u8],
-    /// The packet, when it is written as it came.
-    pub body: &'a [u8],
+    /// The pieces of the write, in order, for one `writev`.
+    pub parts: &'a [IoSlice<'a>],
     /// How many packets of the engine this write carries.
     pub packets: usize,
 }
@@ -363,6 +368,8 @@ pub struct TunWrite<'a> {
 impl Coalescer {
     /// Packets held before the driver must flush.
     pub const CAPACITY: usize = 128;
+    /// The most pieces a write has: the headers, then every packet's payload.
+    const MAX_PARTS: usize = Self::CAPACITY + 1;
 
     /// `merge` false writes every packet as it is (a kernel without TUN offloads).
     pub fn new(merge: bool) -> Coalescer {
@@ -371,7 +378,7 @@ impl Coalescer {
             packets: Vec::with_capacity(Self::CAPACITY),
             next: Vec::with_capacity(Self::CAPACITY),
             groups: Vec::with_capacity(Self::CAPACITY),
-            scratch: Vec::with_capacity(VNET_HDR_LEN + MAX_SUPER_PACKET),
+            headers: Vec::with_capacity(VNET_HDR_LEN + 120),
         }
     }
 
@@ -379,15 +386,19 @@ impl Coalescer {
     pub fn push(&mut self, packet: Bytes) -> bool {
         let index = self.packets.len();
         self.next.push(None);
-        let tcp = self.merge && tcp_layout(&packet).is_some();
-        let segment = if tcp { Mergeable::parse(&packet) } else { None };
-        let latest = if tcp {
-            self.groups
-                .iter()
-                .rposition(|g| g.tcp && same_tcp_flow(&self.packets[g.first], &packet))
+        let tcp = if self.merge {
+            tcp_layout(&packet)
         } else {
             None
         };
+        let segment = tcp.and_then(|layout| Mergeable::parse(&packet, layout));
+        let latest = tcp.and_then(|layout| {
+            self.groups.iter().rposition(|g| {
+                g.tcp.is_some_and(|first| {
+                    same_tcp_flow(&self.packets[g.first], &first, &packet, &layout)
+                })
+            })
+        });
         let joined = match (segment, latest) {
             (Some(segment), Some(g)) => self.join(g, index, &packet, segment),
             _ => false,
@@ -398,6 +409,7 @@ impl Coalescer {
                 last: index,
                 count: 1,
                 len: packet.len(),
+                tcp,
                 open: segment.filter(|s| !s.push).map(|s| Opening {
                     layout: TcpLayout {
                         mss: s.payload,
@@ -406,7 +418,6 @@ impl Coalescer {
                     next_seq: s.seq.wrapping_add(s.payload as u32),
                 }),
                 push: segment.is_some_and(|s| s.push),
-                tcp,
             });
         }
         self.packets.push(packet);
@@ -442,81 +453,73 @@ impl Coalescer {
 
     /// Hands every group to `write` in order and forgets them.
     pub fn flush(&mut self, mut write: impl FnMut(TunWrite<'_>)) {
-        for g in 0..self.groups.len() {
-            let group = self.groups[g];
-            if group.count == 1 {
-                write(TunWrite {
-                    head: &PLAIN_VNET_HDR,
-                    body: &self.packets[group.first],
+        for group in &self.groups {
+            match group.tcp.filter(|_| group.count > 1) {
+                Some(layout) => {
+                    super_packet_headers(
+                        &mut self.headers,
+                        &self.packets[group.first],
+                        &layout,
+                        group,
+                    );
+                    let mut parts = [IoSlice::new(&[]); Self::MAX_PARTS];
+                    parts[0] = IoSlice::new(&self.headers);
+                    let mut n = 1;
+                    let mut member = Some(group.first);
+                    while let Some(i) = member {
+                        parts[n] = IoSlice::new(&self.packets[i][layout.headers..]);
+                        n += 1;
+                        member = self.next[i];
+                    }
+                    write(TunWrite {
+                        parts: &parts[..n],
+                        packets: group.count,
+                    });
+                }
+                None => write(TunWrite {
+                    parts: &[
+                        IoSlice::new(&PLAIN_VNET_HDR),
+                        IoSlice::new(&self.packets[group.first]),
+                    ],
                     packets: 1,
-                });
-                continue;
-            }
-            if self.merge_group(&group) {
-                write(TunWrite {
-                    head: &self.scratch,
-                    body: &[],
-                    packets: group.count,
-                });
-                continue;
-            }
-            // Unreachable (a group's first packet is TCP), but never lose packets.
-            let mut member = Some(group.first);
-            while let Some(i) = member {
-                write(TunWrite {
-                    head: &PLAIN_VNET_HDR,
-                    body: &self.packets[i],
-                    packets: 1,
-                });
-                member = self.next[i];
+                }),
             }
         }
         self.packets.clear();
         self.next.clear();
         self.groups.clear();
     }
+}
 
-    /// Builds the super-packet of `group` in the scratch buffer: its first packet's
-    /// headers, every payload, and the virtio-net header that asks the kernel to cut it
-    /// back into segments of the first one's size. False if the first packet is not
-    /// TCP after all.
-    fn merge_group(&mut self, group: &Group) -> bool {
-        let head = &self.packets[group.first];
-        let Some(layout) = tcp_layout(head) else {
-            return false;
-        };
-        let mss = head.len() - layout.headers;
-        let (ip_len, v6) = (layout.ip_len, layout.v6);
-        let out = &mut self.scratch;
-        out.clear();
-        out.push(F_NEEDS_CSUM);
-        out.push(if v6 { GSO_TCPV6 } else { GSO_TCPV4 });
-        for field in [layout.headers, mss, ip_len, TCP_CHECKSUM] {
-            out.extend_from_slice(&(field as u16).to_ne_bytes());
-        }
-        out.extend_from_slice(head);
-        let mut member = self.next[group.first];
-        while let Some(i) = member {
-            out.extend_from_slice(&self.packets[i][layout.headers..]);
-            member = self.next[i];
-        }
-        let packet = &mut out[VNET_HDR_LEN..];
-        let len = packet.len();
-        if v6 {
-            put_u16(packet, 4, (len - 40) as u16);
-        } else {
-            put_u16(packet, 2, len as u16);
-            put_ipv4_checksum(packet);
-        }
-        if group.push {
-            packet[ip_len + 13] |= TCP_PSH;
-        }
-        // CHECKSUM_PARTIAL: the field holds the pseudo-header's sum, the kernel adds
-        // the rest for each segment it cuts.
-        let partial = pseudo_header_sum(packet, v6, len - ip_len) as u16;
-        put_u16(packet, ip_len + TCP_CHECKSUM, partial);
-        true
+/// Builds in `out` the front of the super-packet `group` becomes: the virtio-net
+/// header that asks the kernel to cut it back into segments of the first one's size,
+/// and the first packet's headers with the super-packet's length, PSH if its last
+/// segment had it, and the partial checksum the kernel completes per segment.
+fn super_packet_headers(out: &mut Vec<u8>, first: &[u8], layout: &TcpLayout, group: &Group) {
+    let mss = first.len() - layout.headers;
+    let (ip_len, v6) = (layout.ip_len, layout.v6);
+    out.clear();
+    out.push(F_NEEDS_CSUM);
+    out.push(if v6 { GSO_TCPV6 } else { GSO_TCPV4 });
+    for field in [layout.headers, mss, ip_len, TCP_CHECKSUM] {
+        out.extend_from_slice(&(field as u16).to_ne_bytes());
     }
+    out.extend_from_slice(&first[..layout.headers]);
+    let headers = &mut out[VNET_HDR_LEN..];
+    let len = group.len;
+    if v6 {
+        put_u16(headers, 4, (len - 40) as u16);
+    } else {
+        put_u16(headers, 2, len as u16);
+        put_ipv4_checksum(headers);
+    }
+    if group.push {
+        headers[ip_len + 13] |= TCP_PSH;
+    }
+    // CHECKSUM_PARTIAL: the field holds the pseudo-header's sum, the kernel adds the
+    // rest for each segment it cuts.
+    let partial = pseudo_header_sum(headers, v6, len - ip_len) as u16;
+    put_u16(headers, ip_len + TCP_CHECKSUM, partial);
 }
 
 #[cfg(test)]
@@ -606,9 +609,10 @@ mod tests {
         let read = TunRead::parse(buf).expect("parses");
         (0..read.segments())
             .map(|i| {
-                let mut out = vec![0; read.segment_len(i)];
+                let mut out = BytesMut::new();
                 read.write_segment(i, &mut out);
-                out
+                assert_eq!(out.len(), read.segment_len(i), "segment {i}'s length");
+                out.to_vec()
             })
             .collect()
     }
@@ -703,11 +707,7 @@ mod tests {
 
     fn flush(c: &mut Coalescer) -> Vec<(Vec<u8>, usize)> {
         let mut writes = Vec::new();
-        c.flush(|w| {
-            let mut buf = w.head.to_vec();
-            buf.extend_from_slice(w.body);
-            writes.push((buf, w.packets));
-        });
+        c.flush(|w| writes.push((w.parts.iter().flat_map(|p| p.to_vec()).collect(), w.packets)));
         writes
     }
 
