@@ -430,7 +430,10 @@ impl Coalescer {
         let Some(open) = group.open else {
             return false;
         };
-        let fits = segment.seq == open.next_seq
+        // A group fits one write's pieces even when the caller pushes on past
+        // [`Self::CAPACITY`].
+        let fits = group.count < Self::CAPACITY
+            && segment.seq == open.next_seq
             && segment.payload <= open.layout.mss
             && group.len + segment.payload <= MAX_SUPER_PACKET
             && segment.layout.headers == open.layout.headers
@@ -804,6 +807,21 @@ mod tests {
         off.push(Bytes::from(at(1)));
         off.push(Bytes::from(at(1 + MSS as u32)));
         assert_eq!(flush(&mut off).len(), 2, "no merging without offloads");
+    }
+
+    /// Found by fuzzing `tun_read`: a super-packet cut into more segments than the
+    /// coalescer holds, pushed without a flush in between.
+    #[test]
+    fn a_group_never_outgrows_one_write_when_pushed_past_capacity() {
+        let mss = 10;
+        let data = payload(mss, 8);
+        let mut c = Coalescer::new(true);
+        let n = Coalescer::CAPACITY + 7;
+        for i in 0..n {
+            c.push(Bytes::from(v4_segment(1 + (i * mss) as u32, &data, false)));
+        }
+        let counts: Vec<usize> = flush(&mut c).iter().map(|w| w.1).collect();
+        assert_eq!(counts, vec![Coalescer::CAPACITY, 7]);
     }
 
     #[test]
