@@ -394,12 +394,15 @@ impl Driver {
                 counts.write_packets += write.packets as u64;
             }
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                for _ in 0..write.packets {
-                    engine.handle_tun_full();
+            Err(e) => {
+                let full = e.kind() == std::io::ErrorKind::WouldBlock;
+                if !full {
+                    // Counted as `tun_refused`; it may come for every packet, so the
+                    // log stays quiet about it.
+                    tracing::debug!(error = %e, packets = write.packets, "the TUN device refused a write");
                 }
+                engine.handle_tun_refused(write.packets, full);
             }
-            Err(e) => tracing::debug!(error = %e, "writing to the TUN device"),
         });
     }
 

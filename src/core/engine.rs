@@ -874,9 +874,15 @@ impl DataPath {
         self.count_drop(DropReason::Malformed);
     }
 
-    /// Counts a packet the TUN device refused because its queue was full.
-    pub fn handle_tun_full(&mut self) {
-        self.count_drop(DropReason::QueueFull);
+    /// Counts `packets` the TUN device refused in one write: because its queue was
+    /// full, or for another reason.
+    pub fn handle_tun_refused(&mut self, packets: usize, full: bool) {
+        let reason = if full {
+            DropReason::QueueFull
+        } else {
+            DropReason::TunRefused
+        };
+        self.dropped[reason as usize] += packets as u64;
     }
 
     /// Counts a datagram the shell could not hand to its lane (the lane is closing).
@@ -1655,6 +1661,15 @@ pub(crate) mod tests {
         assert_eq!(e.dropped(DropReason::NoSite), 1);
         send(&mut e, b"garbage", Instant::ZERO);
         assert_eq!(e.dropped(DropReason::Malformed), 1);
+    }
+
+    #[test]
+    fn packets_the_tun_device_refuses_are_counted_by_why() {
+        let mut e = exit_engine();
+        e.handle_tun_refused(9, true);
+        e.handle_tun_refused(3, false);
+        assert_eq!(e.dropped(DropReason::QueueFull), 9);
+        assert_eq!(e.dropped(DropReason::TunRefused), 3);
     }
 
     #[test]

@@ -56,10 +56,13 @@ pub enum DropReason {
     Spoofed,
     /// A peer failed the TLS handshake or claimed another site's id.
     Unauthenticated,
+    /// The TUN device refused to take it for a reason other than a full queue (the
+    /// kernel found the packet invalid, or the device is going away).
+    TunRefused,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::Malformed,
         DropReason::LinkLocal,
         DropReason::NoLane,
@@ -69,6 +72,7 @@ impl DropReason {
         DropReason::NoSite,
         DropReason::Spoofed,
         DropReason::Unauthenticated,
+        DropReason::TunRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -82,6 +86,7 @@ impl DropReason {
             DropReason::NoSite => "no_site",
             DropReason::Spoofed => "spoofed",
             DropReason::Unauthenticated => "unauthenticated",
+            DropReason::TunRefused => "tun_refused",
         }
     }
 }
