@@ -378,6 +378,7 @@ impl Coalescer {
             packets: Vec::with_capacity(Self::CAPACITY),
             next: Vec::with_capacity(Self::CAPACITY),
             groups: Vec::with_capacity(Self::CAPACITY),
+            // IP and TCP headers are at most 60 bytes each.
             headers: Vec::with_capacity(VNET_HDR_LEN + 120),
         }
     }
@@ -479,13 +480,17 @@ impl Coalescer {
                         packets: group.count,
                     });
                 }
-                None => write(TunWrite {
-                    parts: &[
-                        IoSlice::new(&PLAIN_VNET_HDR),
-                        IoSlice::new(&self.packets[group.first]),
-                    ],
-                    packets: 1,
-                }),
+                None => {
+                    // Only a TCP segment is ever joined.
+                    debug_assert_eq!(group.count, 1);
+                    write(TunWrite {
+                        parts: &[
+                            IoSlice::new(&PLAIN_VNET_HDR),
+                            IoSlice::new(&self.packets[group.first]),
+                        ],
+                        packets: 1,
+                    })
+                }
             }
         }
         self.packets.clear();
