@@ -15,7 +15,8 @@ datagrams lost from a second before the cut until the path returns (and, apart, 
 the two seconds after), the download's goodput in the 100 ms intervals after the cut (as a
 share of its mean over the second before the cut; the intervals are iperf3's, aligned
 to the cut within about 10 ms), the time until the returning path carried packets again,
-and the lanes each gateway took out of service (`braid_lane_stalls_total`).
+and the lanes each gateway took out of service (`braid_lane_stalls_total`; in the steady
+variants below, with the log line that says why each one was).
 
 A second variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
 way, and every lane taken out of service is a false failover; `jittery` is the same
@@ -129,6 +130,16 @@ def idle_cost(label):
             "kbps": (b1 - b0) * 8 / seconds / 1000}
 
 
+def stall_log():
+    """The gateways' log lines of every lane taken out of service: why each one was."""
+    state = os.path.join(os.environ.get("STATE_DIR", "/tmp/braid-testbed"), NAME)
+    lines = []
+    for gateway, log in (("en", "site1.log"), ("ex", "exit.log")):
+        with open(os.path.join(state, log), errors="replace") as f:
+            lines += [f"{gateway}: {l.strip()}" for l in f if "lane out of service" in l]
+    return lines
+
+
 def run_one(variant, label, hold, braid, linkemu):
     algorithm, _, binary = label.partition("@")
     braid = os.path.abspath(binary) if binary else braid
@@ -192,6 +203,7 @@ def run_one(variant, label, hold, braid, linkemu):
         stalls = {role: sum(lane_counts(metrics_text(NAME, role), "lane_stalls_total").values())
                   - sum(stalls_before[role].values()) for role in ("en", "ex")}
         row["stalls"] = stalls
+        row["stall_log"] = stall_log()
         intervals = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6)
                      for i in report["intervals"]]
         if variant == "cut":
@@ -239,6 +251,8 @@ def report(rows):
             v = r["voip"]
             print(f"{r['run']:34} {r['stalls']['en']:10.0f} / {r['stalls']['ex']:<9.0f} "
                   f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f}")
+            for line in r["stall_log"]:
+                print(f"    {line}")
 
 
 def report_idle(rows):

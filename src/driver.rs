@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
 use crate::config::SchedulerConfig;
-use crate::core::engine::{DataPath, LaneUp, SiteIdx, SiteSpec};
+use crate::core::engine::{DataPath, LaneService, LaneUp, SiteIdx, SiteSpec};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::offload::{Coalescer, MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::pacing_table::PacingTable;
@@ -350,6 +350,42 @@ impl Driver {
             if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
                 io.conn.close(0u32.into(), why.reason());
             }
+        }
+        while let Some((lane, service)) = self.engine.poll_lane_service() {
+            self.log_lane_service(lane, service);
+        }
+    }
+
+    /// Says why traffic left an uplink's lane, or that it carries again.
+    fn log_lane_service(&self, lane: LaneId, service: LaneService) {
+        let Some(report) = self.engine.lane(lane) else {
+            return;
+        };
+        let site = self.engine.site_id(report.site);
+        let (uplink, colour) = (report.uplink, report.view.colour.as_str());
+        match service {
+            LaneService::Stalled {
+                silent_for,
+                unanswered,
+                srtt,
+            } => warn!(
+                lane = %lane,
+                site,
+                uplink,
+                colour,
+                silent_ms = silent_for.as_millis() as u64,
+                unanswered,
+                srtt_ms = srtt.as_millis() as u64,
+                "lane out of service: its path fell silent"
+            ),
+            LaneService::Back { out_for } => info!(
+                lane = %lane,
+                site,
+                uplink,
+                colour,
+                out_ms = out_for.as_millis() as u64,
+                "lane back in service"
+            ),
         }
     }
 

@@ -183,6 +183,22 @@ impl LaneClose {
     }
 }
 
+/// A lane taken out of service because its path fell silent, or put back: what the
+/// shell logs, so that an operator sees why traffic left an uplink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneService {
+    /// Nothing heard from the peer for `silent_for`, while `unanswered` datagrams
+    /// it was sent waited for an answer (0: an idle lane whose keep-alives went
+    /// unanswered); `srtt` set how long they could wait.
+    Stalled {
+        silent_for: Duration,
+        unanswered: u64,
+        srtt: Duration,
+    },
+    /// Heard from again, with nothing left queued from before, after `out_for`.
+    Back { out_for: Duration },
+}
+
 /// What a lane carried, counted by the engine (decisions, receptions) or passed on
 /// from the shell's samples (what quinn sent and lost).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -307,7 +323,19 @@ impl Lane {
     /// Packets quinn has transmitted since the peer was last heard from (from the
     /// first one handed after that on).
     fn unanswered(&self) -> u64 {
+        if self.answer_due.is_none() {
+            return 0;
+        }
         (self.left_quinn + 1).saturating_sub(self.answer_for)
+    }
+
+    /// What the shell logs when the lane is taken out of service at `now`.
+    fn stalled(&self, srtt: Duration, now: Instant) -> LaneService {
+        LaneService::Stalled {
+            silent_for: now.saturating_since(self.heard_at),
+            unanswered: self.unanswered(),
+            srtt,
+        }
     }
 }
 
@@ -373,6 +401,7 @@ pub struct DataPath {
     transmits: VecDeque<Transmit>,
     tun_writes: VecDeque<Bytes>,
     lanes_to_close: VecDeque<(LaneId, LaneClose)>,
+    lane_services: VecDeque<(LaneId, LaneService)>,
     /// When a flow table may next forget a flow (`None`: all are empty).
     expiry_at: Option<Instant>,
     /// No later than this, some lane that is up counts as silent.
@@ -440,6 +469,7 @@ impl DataPath {
             transmits: VecDeque::new(),
             tun_writes: VecDeque::new(),
             lanes_to_close: VecDeque::new(),
+            lane_services: VecDeque::new(),
             expiry_at: None,
             stall_check_at: None,
             reseq_due: None,
@@ -691,10 +721,12 @@ impl DataPath {
         let alive = now < silent_from;
         // Its own queue, not its uplink shaper's: the other colour's packets there
         // would keep it from ever returning while they flow.
+        let mut recovered = false;
         if !alive {
             l.recovering = true;
         } else if l.recovering && l.own_queue() == 0 && l.left_quinn >= l.handed_datagrams {
             l.recovering = false;
+            recovered = true;
         }
         let fill = l.fill(&self.shapers);
         let up = !l.retired && !l.closed && sample.max_datagram > 0 && alive && !l.recovering;
@@ -703,8 +735,16 @@ impl DataPath {
         }
         if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
             if v.up != up {
+                if v.up && !alive {
+                    l.counters.stalls += 1;
+                    self.lane_services
+                        .push_back((lane, l.stalled(sample.srtt, now)));
+                } else if recovered {
+                    let out_for = now.saturating_since(l.state_since);
+                    self.lane_services
+                        .push_back((lane, LaneService::Back { out_for }));
+                }
                 l.state_since = now;
-                l.counters.stalls += u64::from(v.up && !alive);
             }
             v.up = up;
             v.srtt = sample.srtt;
@@ -857,6 +897,7 @@ impl DataPath {
                     l.recovering = true;
                     l.state_since = now;
                     l.counters.stalls += 1;
+                    self.lane_services.push_back((id, l.stalled(v.srtt, now)));
                 } else {
                     self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
                 }
@@ -905,6 +946,11 @@ impl DataPath {
     /// The next lane whose connection the shell should close, and why.
     pub fn poll_lane_close(&mut self) -> Option<(LaneId, LaneClose)> {
         self.lanes_to_close.pop_front()
+    }
+
+    /// The next lane taken out of service or put back, for the log.
+    pub fn poll_lane_service(&mut self) -> Option<(LaneId, LaneService)> {
+        self.lane_services.pop_front()
     }
 
     /// When [`DataPath::handle_timeout`] should run next.
@@ -1953,6 +1999,21 @@ pub(crate) mod tests {
         );
         assert_eq!(e.lanes_up(), 1);
         assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1));
+        let stalled = e.poll_lane_service();
+        assert_eq!(
+            stalled,
+            Some((
+                b,
+                LaneService::Stalled {
+                    silent_for: Duration::from_millis(70),
+                    unanswered: 7,
+                    srtt: Duration::from_millis(20),
+                }
+            )),
+            "why, for the log: heard last at 100 ms, given up at the sample of 170 ms, \
+             its packets of 100 to 160 ms unanswered"
+        );
+        assert_eq!(e.poll_lane_service(), None, "once");
         // Its peer is heard again, but packets handed to b before the outage are still
         // inside quinn: they would arrive late, so b waits until they have left.
         let stuck = LaneSample {
@@ -1961,9 +2022,19 @@ pub(crate) mod tests {
         };
         e.handle_lane_sample(b, stuck, at(410));
         assert_eq!(e.lanes_up(), 1);
+        assert_eq!(e.poll_lane_service(), None, "not back yet");
         e.handle_lane_sample(b, drained(&e, b, 1001), at(420));
         assert_eq!(e.lanes_up(), 2);
         assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1), "one stall");
+        assert_eq!(
+            e.poll_lane_service(),
+            Some((
+                b,
+                LaneService::Back {
+                    out_for: Duration::from_millis(250)
+                }
+            ))
+        );
     }
 
     #[test]
