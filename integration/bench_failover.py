@@ -10,9 +10,10 @@ uplink that carries the VoIP flow dies: its router drops everything it would for
 both ways, silently (neither gateway's interface goes down). After HOLD seconds the
 path returns.
 
-Reported per run: the longest gap between VoIP datagrams arriving (each way) and the
-datagrams lost from a second before the cut until the path returns (and, apart, in
-the two seconds after), the download's goodput in the 100 ms intervals after the cut (as a
+Reported per run: the longest gap between VoIP datagrams arriving in time to be
+played (within PLAYOUT_MS of being sent, each way) and the datagrams lost or late
+from a second before the cut until the path returns (and, apart, in the two seconds
+after), the download's goodput in the 100 ms intervals after the cut (as a
 share of its mean over the second before the cut; the intervals are iperf3's, aligned
 to the cut within about 10 ms), the time until the returning path carried packets again,
 and the lanes each gateway took out of service (`braid_lane_stalls_total`; in the steady
@@ -53,6 +54,9 @@ RATES = [20, 20, 20]
 DELAYS = [5, 10, 15]
 VOIP = {"size": 200, "kbps": 80}  # 50 datagrams per second
 VOIP_PORTS = {"down": 6001, "up": 6002}
+# A VoIP datagram that takes longer than this one way is too late to be played
+# (ITU-T G.114's bound for one-way delay): to the call it is lost, whenever it comes.
+PLAYOUT_MS = 150
 ALONE_SECONDS = 2
 BEFORE_CUT_SECONDS = 3
 AFTER_RETURN_SECONDS = 3
@@ -102,15 +106,15 @@ def voip(tmp, seconds):
 
 
 def gaps(data, start_ns, end_ns):
-    """The longest gap between arrivals (ms) and the datagrams lost among those sent
-    in [start_ns, end_ns)."""
+    """The longest gap between arrivals in time to be played (ms), and the datagrams
+    lost or too late among those sent in [start_ns, end_ns)."""
     samples = [s for s in data["samples"] if start_ns <= s[1] < end_ns]
     if not samples:
         return float("nan"), float("nan")
-    arrivals = sorted(s[1] + s[2] for s in samples)
+    arrivals = sorted(s[1] + s[2] for s in samples if s[2] <= PLAYOUT_MS * 1e6)
     longest = max((b - a for a, b in zip(arrivals, arrivals[1:])), default=0) / 1e6
     seqs = [s[0] for s in samples]
-    lost = max(seqs) - min(seqs) + 1 - len(set(seqs))
+    lost = max(seqs) - min(seqs) + 1 - len(arrivals)
     return longest, lost
 
 

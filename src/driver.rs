@@ -97,6 +97,7 @@ impl LaneIo {
             sent_packets: p.sent_packets.load(Ordering::Relaxed),
             sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
             transmitted_datagrams: stats.frame_tx.datagram,
+            sent_pings: stats.frame_tx.ping,
             refused_datagrams: p.refused.load(Ordering::Relaxed),
             abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
         }
@@ -367,6 +368,8 @@ impl Driver {
             LaneService::Stalled {
                 silent_for,
                 unanswered,
+                probes,
+                queued,
                 srtt,
             } => warn!(
                 lane = %lane,
@@ -375,6 +378,8 @@ impl Driver {
                 colour,
                 silent_ms = silent_for.as_millis() as u64,
                 unanswered,
+                probes,
+                queued_bytes = queued,
                 srtt_ms = srtt.as_millis() as u64,
                 "lane out of service: its path fell silent"
             ),

@@ -64,6 +64,13 @@ const MIN_ANSWER_TIMEOUT: Duration = Duration::from_millis(60);
 /// Packets that must have gone unanswered, not just one: a lossy path often leaves
 /// one packet unanswered (it or its acknowledgement lost), rarely three in a row.
 const UNANSWERED_TO_STALL: u64 = 3;
+/// After two answer timeouts of silence one unanswered packet is enough. quinn
+/// sends little while its congestion window is full of packets the dead path lost:
+/// a probe after its probe timeout, then after twice that, and so on, so three
+/// packets take four to eight round trips to leave; on a live path, lossy or not,
+/// the peer's acknowledgements of the packets in flight and its keep-alives answer
+/// long before that.
+const UNANSWERED_AFTER_TWO_TIMEOUTS: u64 = 1;
 
 /// How long a lane with this SRTT may leave a packet it sent unanswered before its
 /// path is taken for dead. Any datagram from the peer answers: its acknowledgement
@@ -193,6 +200,10 @@ pub enum LaneService {
     Stalled {
         silent_for: Duration,
         unanswered: u64,
+        /// quinn's probes (PING frames) sent since the peer was last heard.
+        probes: u64,
+        /// Bytes handed to the lane and not yet sent: they will be late, or lost.
+        queued: u64,
         srtt: Duration,
     },
     /// Heard from again, with nothing left queued from before, after `out_for`.
@@ -261,12 +272,17 @@ struct Lane {
     /// The last sample's sign of life, and when it last grew.
     rx_datagrams: u64,
     heard_at: Instant,
+    /// quinn's PING frames sent at the last sample, and when the peer was last heard.
+    sent_pings: u64,
+    pings_when_heard: u64,
     /// Set when a packet is handed to the lane and the peer has not been heard from
     /// since: by then it must have been, or the path is dead (see [`answer_timeout`]).
     answer_due: Option<Instant>,
     /// The number of that packet among those handed to the lane: until quinn has
     /// transmitted that many, it waits for the congestion window, not for an answer.
     answer_for: u64,
+    /// When that packet was handed to quinn: the wait for an answer began.
+    answer_wait_from: Instant,
     /// Datagrams handed to the shell for sending, and how many of them quinn has
     /// transmitted, refused or abandoned at the last sample.
     handed_datagrams: u64,
@@ -321,19 +337,32 @@ impl Lane {
     }
 
     /// Packets quinn has transmitted since the peer was last heard from (from the
-    /// first one handed after that on).
+    /// first one handed after that on), with its probes: a PTO probe or keep-alive
+    /// that goes unanswered is as telling as a packet.
     fn unanswered(&self) -> u64 {
+        self.unanswered_datagrams() + self.probes()
+    }
+
+    /// The packets of [`Lane::unanswered`], without quinn's probes.
+    fn unanswered_datagrams(&self) -> u64 {
         if self.answer_due.is_none() {
             return 0;
         }
         (self.left_quinn + 1).saturating_sub(self.answer_for)
     }
 
+    /// quinn's PING frames (probes and keep-alives) since the peer was last heard.
+    fn probes(&self) -> u64 {
+        self.sent_pings.saturating_sub(self.pings_when_heard)
+    }
+
     /// What the shell logs when the lane is taken out of service at `now`.
     fn stalled(&self, srtt: Duration, now: Instant) -> LaneService {
         LaneService::Stalled {
             silent_for: now.saturating_since(self.heard_at),
-            unanswered: self.unanswered(),
+            unanswered: self.unanswered_datagrams(),
+            probes: self.probes(),
+            queued: self.own_queue(),
             srtt,
         }
     }
@@ -597,8 +626,11 @@ impl DataPath {
             retired: false,
             rx_datagrams: 0,
             heard_at: now,
+            sent_pings: 0,
+            pings_when_heard: 0,
             answer_due: None,
             answer_for: 0,
+            answer_wait_from: now,
             handed_datagrams: 0,
             left_quinn: 0,
             recovering: false,
@@ -690,11 +722,14 @@ impl DataPath {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
         };
-        if sample.rx_datagrams != l.rx_datagrams {
+        let heard = sample.rx_datagrams != l.rx_datagrams;
+        if heard {
             l.rx_datagrams = sample.rx_datagrams;
             l.heard_at = now;
             l.answer_due = None;
+            l.pings_when_heard = sample.sent_pings;
         }
+        l.sent_pings = sample.sent_pings;
         l.dequeued_bytes = sample.dequeued_bytes;
         l.quinn_queued_bytes = sample.quinn_queued_bytes;
         l.closed = sample.closed;
@@ -711,11 +746,32 @@ impl DataPath {
         l.abandoned_datagrams = sample.abandoned_datagrams;
         l.left_quinn =
             sample.transmitted_datagrams + sample.refused_datagrams + sample.abandoned_datagrams;
-        if l.answer_due.is_some_and(|due| due <= now) && l.unanswered() < UNANSWERED_TO_STALL {
-            // Too few packets have left quinn (its congestion window holds them) to
-            // tell a dead path from a lossy one: the last of them is given a whole
-            // timeout from now.
-            l.answer_due = Some(now + answer_timeout(sample.srtt));
+        if heard && l.left_quinn < l.handed_datagrams {
+            // Packets handed before are still inside braid or quinn (its congestion
+            // window is full): the next of them to leave, or quinn's probe, must be
+            // answered in turn. Without this, a lane the scheduler stops handing
+            // packets to because of that queue would wait for the idle bound.
+            l.answer_for = l.left_quinn + 1;
+            l.answer_wait_from = now;
+            let due = now + answer_timeout(sample.srtt);
+            l.answer_due = Some(due);
+            self.stall_check_at = earliest(self.stall_check_at, Some(due));
+        }
+        if l.answer_due.is_some_and(|due| due <= now) {
+            let timeout = answer_timeout(sample.srtt);
+            let waited = now.saturating_since(l.answer_wait_from);
+            let needed = if waited >= 2 * timeout {
+                UNANSWERED_AFTER_TWO_TIMEOUTS
+            } else {
+                UNANSWERED_TO_STALL
+            };
+            if l.unanswered() < needed {
+                // Too few packets have left quinn (its congestion window holds them)
+                // to tell a dead path from a lossy one: wait until two timeouts have
+                // passed, or after that, give the last of them a whole timeout.
+                let second = l.answer_wait_from + 2 * timeout;
+                l.answer_due = Some(if now < second { second } else { now + timeout });
+            }
         }
         let silent_from = l.silent_from(self.lane_stall);
         let alive = now < silent_from;
@@ -1458,7 +1514,8 @@ fn hand_to_lane(
         return None;
     }
     lane.answer_for = lane.handed_datagrams;
-    let due = now + sojourn + answer_timeout(srtt);
+    lane.answer_wait_from = now + sojourn;
+    let due = lane.answer_wait_from + answer_timeout(srtt);
     lane.answer_due = Some(due);
     Some(due)
 }
@@ -2007,6 +2064,9 @@ pub(crate) mod tests {
                 LaneService::Stalled {
                     silent_for: Duration::from_millis(70),
                     unanswered: 7,
+                    probes: 0,
+                    // Every packet b was handed (its samples report none dequeued).
+                    queued: 2336,
                     srtt: Duration::from_millis(20),
                 }
             )),
@@ -2064,25 +2124,115 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn one_unanswered_packet_is_a_loss_not_a_dead_path() {
+    fn one_unanswered_packet_is_a_loss_until_two_timeouts_pass_in_silence() {
+        let timeout = answer_timeout(Duration::from_millis(20)).as_millis() as u64;
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // One packet, sent at 100 ms: it or its acknowledgement is lost. The peer's
+        // next keep-alive, at 200 ms, is heard (within two timeouts): a loss.
+        let lone_packet = |heard_again: u64| {
+            let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+            let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+            e.handle_lane_sample(b, sample(1400, 100), at(100));
+            assert_eq!(sent_on(&mut e, &pkt, at(100)), Some(b));
+            let mut up = Vec::new();
+            for t in (110..=400).step_by(10) {
+                let rx = if t >= heard_again { 101 } else { 100 };
+                let sent = LaneSample {
+                    transmitted_datagrams: 1,
+                    ..sample(1400, rx)
+                };
+                e.handle_lane_sample(b, sent, at(t));
+                e.handle_timeout(at(t));
+                up.push(e.lanes_up());
+            }
+            up
+        };
+        assert!(
+            lone_packet(200).iter().all(|&n| n == 1),
+            "{:?}",
+            lone_packet(200)
+        );
+        // Silent past two timeouts: given up at the first sample after 100 + 2 × 65 ms.
+        let up = lone_packet(1000);
+        let given_up_at = 110 + 10 * up.iter().position(|&n| n == 0).expect("given up") as u64;
+        assert_eq!(given_up_at, (100 + 2 * timeout).div_ceil(10) * 10, "{up:?}");
+    }
+
+    #[test]
+    fn a_lane_whose_window_is_full_when_its_path_dies_is_given_up_after_two_timeouts() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
         let b = lane_up(&mut e, "a", "lte", 1400, at(0));
         let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
-        // One packet, sent at 100 ms: it or its acknowledgement is lost, and the peer
-        // stays silent (its keep-alives lost too) until the idle bound.
-        e.handle_lane_sample(b, sample(1400, 100), at(100));
-        assert_eq!(sent_on(&mut e, &pkt, at(100)), Some(b));
-        for t in (110..=490).step_by(10) {
-            let sent = LaneSample {
-                transmitted_datagrams: 1,
-                ..sample(1400, 100)
+        // b's path dies at 100 ms with its congestion window full of packets it lost:
+        // quinn sends nothing more but one probe, at 160 ms.
+        let (mut b_last, mut b_on_the_wire) = (None, 0);
+        for t in (10..=400).step_by(10) {
+            let b_handed = drained(&e, b, 0).transmitted_datagrams;
+            if t <= 100 {
+                b_on_the_wire = b_handed;
+            } else if t == 160 {
+                b_on_the_wire += 1;
+            }
+            let b_sample = LaneSample {
+                transmitted_datagrams: b_on_the_wire,
+                ..sample(1400, t.min(100))
             };
-            e.handle_lane_sample(b, sent, at(t));
+            e.handle_lane_sample(a, drained(&e, a, t), at(t));
+            e.handle_lane_sample(b, b_sample, at(t));
             e.handle_timeout(at(t));
-            assert_eq!(e.lanes_up(), 1, "at {t} ms");
+            for _ in 0..2 {
+                if sent_on(&mut e, &pkt, at(t)) == Some(b) {
+                    b_last = Some(t);
+                }
+            }
         }
-        e.handle_lane_sample(b, sample(1400, 100), at(500));
-        assert_eq!(e.lanes_up(), 0, "silent for {LANE_STALL:?}");
+        let timeout = answer_timeout(Duration::from_millis(20)).as_millis() as u64;
+        assert_eq!(
+            b_last,
+            Some(230),
+            "its first unanswered packet left just after 100 ms (behind the packet queued \
+             before it); at the first timeout ({timeout} ms) only the probe had left, and \
+             one unanswered packet is enough after two: given up at the sample of 240 ms, \
+             long before the idle bound"
+        );
+        assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1));
+    }
+
+    #[test]
+    fn a_lane_whose_queue_is_stuck_when_its_path_dies_waits_for_quinns_probe_not_the_idle_bound() {
+        let timeout = answer_timeout(Duration::from_millis(20)).as_millis() as u64;
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // Ten packets handed by 100 ms, five of them on the wire when the peer is last
+        // heard; nothing is handed after that (the scheduler avoids the full lane).
+        // quinn sends a probe (a PING) at `probe_at`, or none.
+        let given_up_at = |probe_at: Option<u64>| {
+            let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+            let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+            for _ in 0..10 {
+                assert_eq!(sent_on(&mut e, &pkt, at(90)), Some(b));
+            }
+            for t in (100..=600).step_by(10) {
+                let stuck = LaneSample {
+                    transmitted_datagrams: 5,
+                    sent_pings: u64::from(probe_at.is_some_and(|p| t >= p)),
+                    ..sample(1400, t.min(100))
+                };
+                e.handle_lane_sample(b, stuck, at(t));
+                e.handle_timeout(at(t));
+                if e.lanes_up() == 0 {
+                    return Some(t);
+                }
+            }
+            None
+        };
+        assert_eq!(
+            given_up_at(Some(150)),
+            Some(100 + 2 * timeout),
+            "the wait for the stuck packets begins when the peer is last heard, and the \
+             probe goes unanswered for two timeouts"
+        );
+        assert_eq!(given_up_at(None), Some(100 + LANE_STALL.as_millis() as u64));
     }
 
     #[test]

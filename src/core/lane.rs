@@ -112,6 +112,9 @@ pub struct LaneSample {
     /// Datagrams quinn has put on the wire so far (its congestion window may hold
     /// accepted ones back).
     pub transmitted_datagrams: u64,
+    /// PING frames quinn has sent so far: its probes when acknowledgements stop
+    /// coming (and keep-alives), each of which the peer must answer.
+    pub sent_pings: u64,
     /// Datagrams quinn refused so far because they no longer fit the path (its MTU
     /// shrank after the packet was scheduled).
     pub refused_datagrams: u64,

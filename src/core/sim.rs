@@ -72,6 +72,7 @@ impl SimLane {
             sent_packets: self.sent_packets,
             sent_bytes: self.sent_bytes,
             transmitted_datagrams: self.sent_packets,
+            sent_pings: 0,
             refused_datagrams: 0,
             abandoned_datagrams: 0,
         }
