@@ -111,10 +111,12 @@ def gaps(data, start_ns, end_ns):
     samples = [s for s in data["samples"] if start_ns <= s[1] < end_ns]
     if not samples:
         return float("nan"), float("nan")
-    arrivals = sorted(s[1] + s[2] for s in samples if s[2] <= PLAYOUT_MS * 1e6)
+    playable = [s for s in samples if s[2] <= PLAYOUT_MS * 1e6]
+    arrivals = sorted(s[1] + s[2] for s in playable)
     longest = max((b - a for a, b in zip(arrivals, arrivals[1:])), default=0) / 1e6
     seqs = [s[0] for s in samples]
-    lost = max(seqs) - min(seqs) + 1 - len(arrivals)
+    # A datagram sent again when its lane was given up may arrive twice.
+    lost = max(seqs) - min(seqs) + 1 - len({s[0] for s in playable})
     return longest, lost
 
 

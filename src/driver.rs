@@ -370,6 +370,7 @@ impl Driver {
                 unanswered,
                 probes,
                 queued,
+                resent,
                 srtt,
             } => warn!(
                 lane = %lane,
@@ -380,6 +381,7 @@ impl Driver {
                 unanswered,
                 probes,
                 queued_bytes = queued,
+                resent,
                 srtt_ms = srtt.as_millis() as u64,
                 "lane out of service: its path fell silent"
             ),

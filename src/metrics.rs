@@ -44,6 +44,7 @@ pub struct Metrics {
     lane_rx_packets: IntCounterVec,
     lane_lost: IntCounterVec,
     lane_stalls: IntCounterVec,
+    lane_resent: IntCounterVec,
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     reseq_packets: IntCounterVec,
@@ -88,6 +89,7 @@ pub struct LaneMetrics {
     pub rx_packets: IntCounter,
     pub lost: IntCounter,
     pub stalls: IntCounter,
+    pub resent: IntCounter,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: Vec<IntCounter>,
 }
@@ -214,6 +216,10 @@ impl Metrics {
             lane_stalls: counter(
                 "lane_stalls_total",
                 "Times the lane was taken out of service because its peer fell silent",
+            )?,
+            lane_resent: counter(
+                "lane_resent_packets_total",
+                "Packets the lane's dead path may have lost, sent again over the other lanes when it was taken out of service",
             )?,
             decisions: {
                 let c = IntCounterVec::new(
@@ -375,6 +381,7 @@ impl Metrics {
             rx_packets: self.lane_rx_packets.with_label_values(&l),
             lost: self.lane_lost.with_label_values(&l),
             stalls: self.lane_stalls.with_label_values(&l),
+            resent: self.lane_resent.with_label_values(&l),
             decisions: DecisionKind::ALL
                 .iter()
                 .map(|k| {
@@ -774,6 +781,7 @@ impl Export {
             m.lost
                 .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
             m.stalls.inc_by(now.stalls.saturating_sub(old.stalls));
+            m.resent.inc_by(now.resent.saturating_sub(old.resent));
             for (k, c) in m.decisions.iter().enumerate() {
                 c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
             }

@@ -79,6 +79,14 @@ const UNANSWERED_AFTER_TWO_TIMEOUTS: u64 = 1;
 pub fn answer_timeout(srtt: Duration) -> Duration {
     (2 * srtt + PEER_ACK_DELAY + ANSWER_SLACK).max(MIN_ANSWER_TIMEOUT)
 }
+/// Datagrams handed to a lane are kept this long (at most [`RESEND_MAX_BYTES`]), so
+/// that those its path may have lost are sent again over the other lanes when it is
+/// given up: packets still queued behind its congestion window and packets in flight
+/// when the path died. The wait for an answer is at most two answer timeouts of a
+/// loaded lane beyond the SRTT; older packets were answered, or are past saving.
+pub const RESEND_WINDOW: Duration = Duration::from_millis(400);
+/// The most a lane keeps for sending again: its queue bound and quinn's buffer.
+pub const RESEND_MAX_BYTES: usize = 512 * 1024;
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
 /// bound on memory; the queue is kept short in time by CoDel and
 /// [`super::aqm::MAX_SOJOURN`].
@@ -204,6 +212,9 @@ pub enum LaneService {
         probes: u64,
         /// Bytes handed to the lane and not yet sent: they will be late, or lost.
         queued: u64,
+        /// Datagrams handed to it since shortly before the peer was last heard, sent
+        /// again over the other lanes.
+        resent: u64,
         srtt: Duration,
     },
     /// Heard from again, with nothing left queued from before, after `out_for`.
@@ -221,6 +232,8 @@ pub struct LaneCounters {
     pub lost_packets: u64,
     /// Times the lane was taken out of service because its peer fell silent.
     pub stalls: u64,
+    /// Datagrams sent again over the other lanes when it was.
+    pub resent: u64,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: [u64; DecisionKind::ALL.len()],
 }
@@ -310,6 +323,10 @@ struct Lane {
     abandoned_datagrams: u64,
     /// When the lane last went up or down (scheduled or not).
     state_since: Instant,
+    /// The datagrams handed to it in the last [`RESEND_WINDOW`], oldest first, and
+    /// their bytes.
+    recent: VecDeque<(Instant, Bytes)>,
+    recent_bytes: usize,
 }
 
 impl Lane {
@@ -357,13 +374,28 @@ impl Lane {
     }
 
     /// What the shell logs when the lane is taken out of service at `now`.
-    fn stalled(&self, srtt: Duration, now: Instant) -> LaneService {
+    fn stalled(&self, srtt: Duration, resent: u64, now: Instant) -> LaneService {
         LaneService::Stalled {
             silent_for: now.saturating_since(self.heard_at),
             unanswered: self.unanswered_datagrams(),
             probes: self.probes(),
             queued: self.own_queue(),
+            resent,
             srtt,
+        }
+    }
+
+    /// Keeps a datagram handed to the lane at `now`, forgetting those older than
+    /// [`RESEND_WINDOW`] or beyond [`RESEND_MAX_BYTES`].
+    fn keep_recent(&mut self, datagram: &Bytes, now: Instant) {
+        self.recent.push_back((now, datagram.clone()));
+        self.recent_bytes += datagram.len();
+        while let Some((at, d)) = self.recent.front() {
+            if now.saturating_since(*at) <= RESEND_WINDOW && self.recent_bytes <= RESEND_MAX_BYTES {
+                break;
+            }
+            self.recent_bytes -= d.len();
+            self.recent.pop_front();
         }
     }
 }
@@ -424,6 +456,8 @@ pub struct DataPath {
     shaper_due: Option<Instant>,
     /// Packets the shapers let go, reused between timeouts.
     shaped: Vec<Released>,
+    /// Datagrams of a lane given up, on their way to the other lanes; reused.
+    resend_batch: Vec<Bytes>,
     /// Green packets DSD refused at arrival and dropped as stale.
     green_drops: GreenDrops,
     dropped: [u64; DropReason::ALL.len()],
@@ -493,6 +527,7 @@ impl DataPath {
             shapers: Vec::new(),
             shaper_due: None,
             shaped: Vec::new(),
+            resend_batch: Vec::new(),
             green_drops: GreenDrops::default(),
             dropped: [0; DropReason::ALL.len()],
             transmits: VecDeque::new(),
@@ -645,6 +680,8 @@ impl DataPath {
             refused_datagrams: 0,
             abandoned_datagrams: 0,
             state_since: now,
+            recent: VecDeque::new(),
+            recent_bytes: 0,
         };
         let id = match self.lanes.iter().position(Option::is_none) {
             Some(free) => {
@@ -789,12 +826,12 @@ impl DataPath {
         if up {
             self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
         }
+        let mut stalled = false;
         if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
             if v.up != up {
                 if v.up && !alive {
                     l.counters.stalls += 1;
-                    self.lane_services
-                        .push_back((lane, l.stalled(sample.srtt, now)));
+                    stalled = true;
                 } else if recovered {
                     let out_for = now.saturating_since(l.state_since);
                     self.lane_services
@@ -822,6 +859,19 @@ impl DataPath {
         }
         let site = &mut self.sites[l.site.0 as usize];
         site.reseq.set_base_deadline(reseq_base(&site.lanes));
+        if stalled {
+            self.give_up(lane, sample.srtt, now);
+        }
+    }
+
+    /// After lane `lane` was taken out of service because its path fell silent:
+    /// sends what it may have lost over the other lanes, and says why for the log.
+    fn give_up(&mut self, lane: LaneId, srtt: Duration, now: Instant) {
+        let resent = self.resend_from(lane, srtt, now);
+        if let Some(Some(l)) = self.lanes.get(lane.0 as usize) {
+            let why = l.stalled(srtt, resent, now);
+            self.lane_services.push_back((lane, why));
+        }
     }
 
     /// Schedules with new settings from now on (a reload changed them). The new
@@ -936,6 +986,8 @@ impl DataPath {
         }
         if self.stall_check_at.is_some_and(|at| at <= now) {
             self.stall_check_at = None;
+            // Allocates only when a lane falls silent.
+            let mut stalled = Vec::new();
             for (i, l) in self.lanes.iter_mut().enumerate() {
                 let Some(l) = l else { continue };
                 let id = LaneId(i as u32);
@@ -953,10 +1005,13 @@ impl DataPath {
                     l.recovering = true;
                     l.state_since = now;
                     l.counters.stalls += 1;
-                    self.lane_services.push_back((id, l.stalled(v.srtt, now)));
+                    stalled.push((id, v.srtt));
                 } else {
                     self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
                 }
+            }
+            for (id, srtt) in stalled {
+                self.give_up(id, srtt, now);
             }
         }
     }
@@ -1263,7 +1318,7 @@ impl DataPath {
         if let Some(datagram) = datagram {
             self.queue_delay[colour as usize].observe(sojourn);
             let id = view.id;
-            let due = hand_to_lane(lane, datagram.len(), view.srtt, sojourn, now);
+            let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
             self.stall_check_at = earliest(self.stall_check_at, due);
             self.transmits.push_back(Transmit { lane: id, datagram });
         }
@@ -1330,7 +1385,7 @@ impl DataPath {
             };
             self.queue_delay[r.colour as usize].observe(r.waited);
             let sojourn = view.drain_time(0, view.srtt);
-            let due = hand_to_lane(lane, r.datagram.len(), view.srtt, sojourn, now);
+            let due = hand_to_lane(lane, &r.datagram, view.srtt, sojourn, now);
             self.stall_check_at = earliest(self.stall_check_at, due);
             self.transmits.push_back(Transmit {
                 lane: id,
@@ -1338,6 +1393,57 @@ impl DataPath {
             });
         }
         self.shaped = released;
+    }
+
+    /// Sends again, over the site's other lanes that are up, the datagrams lane
+    /// `dead` was handed since a round trip before its peer was last heard: those its
+    /// dead path lost, or holds until it returns. Each goes where it arrives first,
+    /// to a lane of the same colour if one is up. They keep their sequence numbers:
+    /// the receiving gateway puts them back in their flows' order, or, where it gave
+    /// up waiting for them, passes them on late (to TCP, a retransmission that came
+    /// early). Returns how many were sent.
+    fn resend_from(&mut self, dead: LaneId, srtt: Duration, now: Instant) -> u64 {
+        let Some(Some(l)) = self.lanes.get_mut(dead.0 as usize) else {
+            return 0;
+        };
+        let (site, colour, heard_at) = (l.site, l.colour, l.heard_at);
+        let mut batch = std::mem::take(&mut self.resend_batch);
+        batch.extend(
+            l.recent
+                .drain(..)
+                .filter(|(at, _)| heard_at.saturating_since(*at) <= srtt)
+                .map(|(_, d)| d),
+        );
+        l.recent_bytes = 0;
+        let mut resent = 0;
+        for datagram in batch.drain(..) {
+            let len = datagram.len();
+            let lanes = &mut self.sites[site.0 as usize].lanes;
+            let Some(view) = quickest_other_lane(lanes, dead, colour, len - DATAGRAM_HEADER_LEN)
+            else {
+                continue;
+            };
+            let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
+                continue;
+            };
+            if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
+                continue;
+            }
+            let sojourn = view.drain_time(0, view.srtt);
+            let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
+            self.stall_check_at = earliest(self.stall_check_at, due);
+            view.fill += len as u64;
+            self.transmits.push_back(Transmit {
+                lane: view.id,
+                datagram,
+            });
+            resent += 1;
+        }
+        self.resend_batch = batch;
+        if let Some(Some(l)) = self.lanes.get_mut(dead.0 as usize) {
+            l.counters.resent += resent;
+        }
+        resent
     }
 
     fn count_shape_drop(&mut self, why: ShapeDrop) {
@@ -1498,18 +1604,20 @@ fn view_mut(sites: &mut [Site], site: SiteIdx, lane: LaneId) -> Option<&mut Lane
         .find(|v| v.id == lane)
 }
 
-/// Hands a datagram of `len` bytes to a lane's sender, after `sojourn` in the lane's queue: from
-/// then on the peer must answer within [`answer_timeout`]. Returns when that answer
-/// is due, if this packet starts the wait for one.
+/// Hands a datagram to a lane's sender, after `sojourn` in the lane's queue, and keeps
+/// it for sending again (see [`RESEND_WINDOW`]): from then on the peer must answer
+/// within [`answer_timeout`]. Returns when that answer is due, if this packet starts
+/// the wait for one.
 fn hand_to_lane(
     lane: &mut Lane,
-    len: usize,
+    datagram: &Bytes,
     srtt: Duration,
     sojourn: Duration,
     now: Instant,
 ) -> Option<Instant> {
-    lane.handed_bytes += len as u64;
+    lane.handed_bytes += datagram.len() as u64;
     lane.handed_datagrams += 1;
+    lane.keep_recent(datagram, now);
     if lane.answer_due.is_some() {
         return None;
     }
@@ -1518,6 +1626,25 @@ fn hand_to_lane(
     let due = lane.answer_wait_from + answer_timeout(srtt);
     lane.answer_due = Some(due);
     Some(due)
+}
+
+/// The lane other than `dead` that is up, can carry a packet of `len` bytes and
+/// delivers it first, of `colour` if one can.
+fn quickest_other_lane(
+    lanes: &mut [LaneView],
+    dead: LaneId,
+    colour: Colour,
+    len: usize,
+) -> Option<&mut LaneView> {
+    lanes
+        .iter_mut()
+        .filter(|v| v.up && v.id != dead && v.max_datagram >= len)
+        .min_by_key(|v| {
+            (
+                v.colour != colour,
+                v.min_srtt / 2 + v.drain_time(len, v.srtt),
+            )
+        })
 }
 
 /// The earlier of two optional instants.
@@ -1645,8 +1772,10 @@ pub(crate) mod tests {
         std::iter::from_fn(|| e.poll_transmit()).collect()
     }
 
-    /// Sends `packet` and returns the lane it went out on.
+    /// Sends `packet` and returns the lane it went out on. Datagrams already waiting
+    /// to go (sent again from a lane given up) are let go first.
     fn sent_on(e: &mut DataPath, packet: &[u8], now: Instant) -> Option<LaneId> {
+        transmits(e);
         send(e, packet, now);
         let out = transmits(e);
         assert!(out.len() <= 1, "{out:?}");
@@ -2067,6 +2196,7 @@ pub(crate) mod tests {
                     probes: 0,
                     // Every packet b was handed (its samples report none dequeued).
                     queued: 2336,
+                    resent: 9,
                     srtt: Duration::from_millis(20),
                 }
             )),
@@ -2233,6 +2363,64 @@ pub(crate) mod tests {
              probe goes unanswered for two timeouts"
         );
         assert_eq!(given_up_at(None), Some(100 + LANE_STALL.as_millis() as u64));
+    }
+
+    #[test]
+    fn a_lane_given_up_has_what_its_path_may_have_lost_sent_again_over_the_others() {
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // Lanes a and (when `with_a`) b, a packet each every 10 ms; b's path dies at
+        // 100 ms. Returns what b was handed and what went out at b's stall.
+        let run = |with_a: bool| {
+            let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+            let a = with_a.then(|| lane_up(&mut e, "a", "dsl", 1400, at(0)));
+            let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+            let (mut on_b, mut at_stall) = (Vec::new(), None);
+            for t in (10..=300).step_by(10) {
+                if let Some(a) = a {
+                    e.handle_lane_sample(a, drained(&e, a, t), at(t));
+                }
+                e.handle_lane_sample(b, drained(&e, b, t.min(100)), at(t));
+                e.handle_timeout(at(t));
+                if e.lane(b).is_some_and(|l| l.counters.stalls == 1) && at_stall.is_none() {
+                    at_stall = Some((t, transmits(&mut e)));
+                }
+                for _ in 0..2 {
+                    send(&mut e, &pkt, at(t));
+                    on_b.extend(
+                        transmits(&mut e)
+                            .into_iter()
+                            .filter(|x| x.lane == b)
+                            .map(|x| (t, x.datagram)),
+                    );
+                }
+            }
+            let resent = e.lane(b).map(|l| l.counters.resent);
+            (a, on_b, at_stall, resent)
+        };
+        let (a, on_b, at_stall, resent) = run(true);
+        let (t, again) = at_stall.expect("b given up");
+        assert_eq!(
+            t, 170,
+            "65 ms after its first unanswered packet, at the next sample"
+        );
+        // Heard last at 100 ms with a 20 ms SRTT: what b was handed from 80 ms on may
+        // be lost; it goes to a, unchanged (the same sequence numbers), in order.
+        let expected: Vec<_> = on_b
+            .iter()
+            .filter(|(t, _)| *t >= 80)
+            .map(|(_, d)| d.clone())
+            .collect();
+        assert_eq!(expected.len(), 9);
+        assert!(again.iter().all(|x| Some(x.lane) == a), "{again:?}");
+        assert_eq!(
+            again.into_iter().map(|x| x.datagram).collect::<Vec<_>>(),
+            expected
+        );
+        assert_eq!(resent, Some(9));
+        // With no other lane there is nowhere to send them.
+        let (_, _, at_stall, resent) = run(false);
+        assert!(at_stall.expect("b given up").1.is_empty());
+        assert_eq!(resent, Some(0));
     }
 
     #[test]

@@ -15,8 +15,9 @@
 //!
 //! The deadline is the caller's base (from the lanes' measured delays) or, if larger,
 //! a quarter more than the longest hold that ended with the gap filled, or with a late
-//! arrival, in the last 10 to 20 seconds: holds that the delay difference really
-//! needs raise it, and a lost datagram costs one deadline, not a stall.
+//! arrival (counted as at most twice the deadline then), in the last 10 to 20
+//! seconds: holds that the delay difference really needs raise it, and a lost
+//! datagram costs one deadline, not a stall.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -244,9 +245,14 @@ impl Resequencer {
                 self.counters.reordered += 1;
                 if gap != 0 {
                     // Its place was given up too soon: it needed the deadline then
-                    // and the time since.
+                    // and the time since, but at most twice the deadline. A packet
+                    // much later than that was not slowed by its lane's delay but
+                    // stuck on a path that died and returned, or sent again over
+                    // another lane when its lane was given up: no reason to hold
+                    // every flow longer for the next seconds. A lane whose delay
+                    // really grew raises the deadline again with its next packets.
                     let needed = match gave_up {
-                        Some((at, deadline)) => deadline + now.saturating_since(at),
+                        Some((at, deadline)) => deadline + now.saturating_since(at).min(deadline),
                         None => self.deadline(now) * 3 / 2,
                     };
                     self.observe_needed_hold(needed, now);
@@ -607,6 +613,14 @@ mod tests {
         rig.recv(4, Some(3), t + 60);
         assert_eq!(rig.released(), [5, 4]);
         assert_eq!(rig.r.deadline(at(t + 60)), Duration::from_millis(75));
+        // One arriving a second after its place was given up (it waited out an
+        // outage) counts as needing twice the deadline, not a second more.
+        let t = 6 * window;
+        rig.recv(7, Some(6), t);
+        rig.timeout(t + 50);
+        rig.recv(6, Some(5), t + 1050);
+        assert_eq!(rig.released(), [7, 6]);
+        assert_eq!(rig.r.deadline(at(t + 1050)), Duration::from_millis(125));
     }
 
     #[test]
