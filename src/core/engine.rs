@@ -82,9 +82,9 @@ pub fn answer_timeout(srtt: Duration) -> Duration {
 /// Datagrams handed to a lane are kept this long (at most [`RESEND_MAX_BYTES`]), so
 /// that those its path may have lost are sent again over the other lanes when it is
 /// given up: packets still queued behind its congestion window and packets in flight
-/// when the path died. The wait for an answer is at most two answer timeouts of a
-/// loaded lane beyond the SRTT; older packets were answered, or are past saving.
-pub const RESEND_WINDOW: Duration = Duration::from_millis(400);
+/// when the path died. A lane is given up at the latest [`LANE_STALL`] after it was
+/// last heard, and what it was handed a round trip before that may be lost too.
+pub const RESEND_WINDOW: Duration = Duration::from_millis(LANE_STALL.as_millis() as u64 + 100);
 /// The most a lane keeps for sending again: its queue bound and quinn's buffer.
 pub const RESEND_MAX_BYTES: usize = 512 * 1024;
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
@@ -1426,6 +1426,8 @@ impl DataPath {
             let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
                 continue;
             };
+            // Straight to the lane's queue, not through its uplink's shaper: once per
+            // failure, a round trip's packets at most.
             if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
                 continue;
             }
