@@ -412,6 +412,13 @@ impl Lane {
     fn keep_recent(&mut self, datagram: &Bytes, now: Instant) {
         self.recent.push_back((now, datagram.clone()));
         self.recent_bytes += datagram.len();
+        self.forget_old(now);
+    }
+
+    /// Forgets the kept datagrams older than [`RESEND_WINDOW`] or beyond
+    /// [`RESEND_MAX_BYTES`]; at every sample too, so that a lane whose traffic
+    /// stopped does not pin its last datagrams' buffers.
+    fn forget_old(&mut self, now: Instant) {
         while let Some((at, d)) = self.recent.front() {
             if now.saturating_since(*at) <= RESEND_WINDOW && self.recent_bytes <= RESEND_MAX_BYTES {
                 break;
@@ -791,6 +798,7 @@ impl DataPath {
             l.pings_when_heard = sample.sent_pings;
         }
         l.sent_pings = sample.sent_pings;
+        l.forget_old(now);
         l.dequeued_bytes = sample.dequeued_bytes;
         l.quinn_queued_bytes = sample.quinn_queued_bytes;
         l.closed = sample.closed;
@@ -1451,7 +1459,8 @@ impl DataPath {
         for datagram in batch.drain(..) {
             let len = datagram.len();
             let lanes = &mut self.sites[site.0 as usize].lanes;
-            let Some(view) = quickest_other_lane(lanes, dead, colour, len - DATAGRAM_HEADER_LEN)
+            let Some(view) =
+                quickest_other_lane(lanes, dead, colour, len - DATAGRAM_HEADER_LEN, now)
             else {
                 continue;
             };
@@ -1668,16 +1677,12 @@ fn quickest_other_lane(
     dead: LaneId,
     colour: Colour,
     len: usize,
+    now: Instant,
 ) -> Option<&mut LaneView> {
     lanes
         .iter_mut()
         .filter(|v| v.up && v.id != dead && v.max_datagram >= len)
-        .min_by_key(|v| {
-            (
-                v.colour != colour,
-                v.min_srtt / 2 + v.drain_time(len, v.srtt),
-            )
-        })
+        .min_by_key(|v| (v.colour != colour, v.arrival(len, now)))
 }
 
 /// The earlier of two optional instants.
@@ -2454,6 +2459,32 @@ pub(crate) mod tests {
         let (_, _, at_stall, resent) = run(false);
         assert!(at_stall.expect("b given up").1.is_empty());
         assert_eq!(resent, Some(0));
+    }
+
+    #[test]
+    fn a_lane_whose_traffic_stops_lets_go_of_the_datagrams_it_kept() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        for _ in 0..5 {
+            assert_eq!(sent_on(&mut e, &pkt, at(100)), Some(b));
+        }
+        let kept = |e: &DataPath, t: u64| {
+            let l = e.lanes[b.0 as usize].as_ref().expect("lane");
+            (t, l.recent.len(), l.recent_bytes)
+        };
+        // Heard all along; samples only, every 100 ms, no more traffic.
+        let mut seen = Vec::new();
+        for t in (200..=700).step_by(100) {
+            e.handle_lane_sample(b, drained(&e, b, t), at(t));
+            seen.push(kept(&e, t));
+        }
+        let window = 100 + RESEND_WINDOW.as_millis() as u64;
+        for (t, n, bytes) in seen {
+            let expected = if t <= window { 5 } else { 0 };
+            assert_eq!(n, expected, "at {t} ms");
+            assert_eq!(bytes == 0, expected == 0, "at {t} ms");
+        }
     }
 
     #[test]

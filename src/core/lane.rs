@@ -148,4 +148,23 @@ impl LaneView {
         let nanos = bytes * srtt.as_nanos() / u128::from(self.cwnd.max(1));
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
+
+    /// The lane's round-trip time as a packet handed to it now meets it: its SRTT,
+    /// or, once it has been idle for longer than that, its lowest SRTT (whatever
+    /// queue the SRTT measured has drained, and an idle connection's SRTT is not
+    /// renewed).
+    pub fn path_srtt(&self, now: Instant) -> Duration {
+        if now.saturating_since(self.last_sent) > self.srtt {
+            self.min_srtt.min(self.srtt)
+        } else {
+            self.srtt
+        }
+    }
+
+    /// When a packet of `len` bytes handed to the lane now is expected to arrive:
+    /// half its round-trip time (the one-way delay) after braid's queue for it drains.
+    pub fn arrival(&self, len: usize, now: Instant) -> Duration {
+        let srtt = self.path_srtt(now);
+        srtt / 2 + self.drain_time(len, srtt)
+    }
 }

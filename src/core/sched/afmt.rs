@@ -126,24 +126,6 @@ fn delay(l: &LaneView) -> Duration {
     l.srtt + l.drain_time(0, l.srtt)
 }
 
-/// The lane's round-trip time as a packet handed to it now meets it: its SRTT, or,
-/// once it has been idle for longer than that, its lowest SRTT (whatever queue the
-/// SRTT measured has drained, and an idle connection's SRTT is not renewed).
-fn path_srtt(l: &LaneView, now: Instant) -> Duration {
-    if now.saturating_since(l.last_sent) > l.srtt {
-        l.min_srtt.min(l.srtt)
-    } else {
-        l.srtt
-    }
-}
-
-/// When a packet of `len` bytes handed to the lane now is expected to arrive: half
-/// its round-trip time (the one-way delay) after braid's queue for it drains.
-fn arrival(l: &LaneView, len: usize, now: Instant) -> Duration {
-    let srtt = path_srtt(l, now);
-    srtt / 2 + l.drain_time(len, srtt)
-}
-
 /// The up lane where a packet of `len` bytes arrives first; ties go to the first.
 fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usize> {
     let mut best: Option<(usize, Duration)> = None;
@@ -151,7 +133,7 @@ fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usiz
         if !l.up {
             continue;
         }
-        let at = arrival(l, len, now);
+        let at = l.arrival(len, now);
         if best.is_none_or(|(_, b)| at < b) {
             best = Some((i, at));
         }
@@ -170,7 +152,7 @@ fn backs_up(l: &LaneView) -> bool {
 /// the one that grows: QUIC's window may cover the bottleneck's queue, so that braid's
 /// stays empty, or braid's may fill first on a lane with a large delay.
 fn full(l: &LaneView, now: Instant) -> bool {
-    let queued = l.drain_time(0, l.srtt) + path_srtt(l, now).saturating_sub(l.min_srtt);
+    let queued = l.drain_time(0, l.srtt) + l.path_srtt(now).saturating_sub(l.min_srtt);
     queued > QUEUE_MARGIN + l.min_srtt / 16
 }
 
@@ -644,9 +626,9 @@ mod tests {
             has_room(&l, at(41)),
             "idle for longer than its SRTT: the queue is gone"
         );
-        assert_eq!(arrival(&l, 0, at(41)), Duration::from_millis(5));
+        assert_eq!(l.arrival(0, at(41)), Duration::from_millis(5));
         l.last_sent = at(40);
-        assert_eq!(arrival(&l, 0, at(41)), Duration::from_millis(20));
+        assert_eq!(l.arrival(0, at(41)), Duration::from_millis(20));
     }
 
     #[test]
