@@ -1733,13 +1733,27 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
     // EF pings are green, the others blue; their replies ride behind the downloads.
     let green = tb.spawn(
         "cl",
-        &["ping", "-c", "150", "-i", "0.02", "-Q", "0xb8", SERVER_V4],
+        &[
+            "ping", "-c", "150", "-i", "0.02", "-W", "1", "-Q", "0xb8", SERVER_V4,
+        ],
         Ready::Now,
     );
-    let blue = tb.ok("cl", &["ping", "-c", "150", "-i", "0.02", SERVER_V4]);
+    let blue = tb.ok(
+        "cl",
+        &["ping", "-c", "150", "-i", "0.02", "-W", "1", SERVER_V4],
+    );
     let green = tb.wait(green, Duration::from_secs(10));
     let download = tb.wait(download, Duration::from_secs(15));
     tb.wait(server, Duration::from_secs(5));
+    let (green_lost, blue_lost) = (lost_pings(&green), lost_pings(&blue));
+    // Green loses what the downloads' AQM drops from flat best effort's queue, as
+    // blue does, and little more: measured 6-16 of 150 in 10 runs (blue 6-11). Before DSD's
+    // clock followed the uplink's late wake-ups, and blue had a packet's slack, the
+    // acceptance test refused 30-100 % of them.
+    assert!(
+        green_lost <= 30,
+        "{green_lost} of 150 green pings lost (blue: {blue_lost})"
+    );
     let (green_ms, blue_ms) = (average_rtt_ms(&green) - idle, average_rtt_ms(&blue) - idle);
     let drops = bottleneck_drops(&tb, "r1", "a") - drops_before;
     let receiver = download
@@ -1748,8 +1762,9 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         .unwrap_or_default()
         .to_string();
     println!(
-        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms, blue pings {blue_ms:.1} ms; \
-         the uplink's own queue dropped {drops} packets; {receiver}"
+        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms ({green_lost} of 150 lost), \
+         blue pings {blue_ms:.1} ms ({blue_lost} lost); the uplink's own queue dropped {drops} \
+         packets; {receiver}"
     );
     // The exit shapes the downloads to 95 % of the rate: the uplink's own queue
     // (tbf, 50 ms) never overflows, and braid's queue is where they wait.

@@ -67,6 +67,11 @@ const SHAPED_SHARE_PERCENT: u64 = 95;
 /// the uplink's rate counts frames. Nominal: IPv6 uplinks carry 20 more.
 pub const OUTER_OVERHEAD: u64 = 74;
 
+/// How late a blue packet may leave against flat best effort (DSD's
+/// `blue_slack_bytes`): one full-size datagram of an Ethernet uplink, the least that
+/// lets a small green packet pass a queue of full-size blue ones.
+const BLUE_SLACK_BYTES: u64 = 1500 + OUTER_OVERHEAD;
+
 /// How far the shaper catches up after a late wake-up: timers fire to the
 /// millisecond, so up to this much of the rate goes out at once.
 const MAX_BURST: Duration = Duration::from_millis(2);
@@ -119,6 +124,7 @@ impl Shaper {
         let config = DsdConfig {
             rate_bps: shaped_rate_bps(rate_kbps),
             buffer_bytes: settings.buffer_bytes,
+            blue_slack_bytes: BLUE_SLACK_BYTES,
             green_delay: settings.green_delay,
             control_interval: settings.control_interval,
         };
@@ -195,6 +201,10 @@ impl Shaper {
             lane_colour,
             queued_at: now,
         };
+        if self.dsd.queued_bytes() == 0 {
+            // An idle uplink starts now: only time lost while packets wait is caught up.
+            self.next_send = self.next_send.max(now);
+        }
         self.dsd
             .enqueue(shaped, wire_len, dsd_colour, now)
             .map_err(|(_, why)| match why {
@@ -207,7 +217,12 @@ impl Shaper {
     /// Lets go of what the uplink can have sent by `now` into `out`, and counts green
     /// packets that went stale into `stale`.
     pub fn release(&mut self, now: Instant, out: &mut Vec<Released>, stale: &mut u64) {
-        self.next_send = self.next_send.max(now - MAX_BURST);
+        let resume_at = now - MAX_BURST;
+        if self.dsd.queued_bytes() > 0 {
+            self.dsd
+                .uplink_lost(resume_at.saturating_since(self.next_send));
+        }
+        self.next_send = self.next_send.max(resume_at);
         while self.next_send <= now {
             // Decided as of the moment the uplink starts sending it, which a late
             // wake-up has passed already.
@@ -309,6 +324,43 @@ mod tests {
         assert_eq!(out.len(), 2);
     }
 
+    #[test]
+    fn time_the_uplink_lost_to_a_late_wake_up_is_lost_to_dsd_too() {
+        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(0));
+        shaper.set_lane(Colour::Green, LaneId(1));
+        queue_blue(&mut shaper, 20);
+        let (mut out, mut stale) = (Vec::new(), 0);
+        // Woken up 8 ms late, three times: the uplink lost 18 ms while blue waited.
+        for ms in [10, 20, 30] {
+            shaper.release(at_us(ms * 1000), &mut out, &mut stale);
+        }
+        assert_eq!(out.len(), 6);
+        // Flat best effort's queue is the real one: 14 packets of 1263 µs.
+        let (wait, _) = shaper.dsd.virtual_backlog(at_us(30_000));
+        let ahead = shaper.next_send.saturating_since(at_us(30_000))
+            + shaper.dsd.transmission_time(shaper.queued_bytes());
+        assert!(
+            wait.abs_diff(ahead) < Duration::from_micros(50),
+            "virtual {wait:?}, real {ahead:?}"
+        );
+        // So a green ping still finds blue packets that can wait for it.
+        shaper
+            .enqueue(
+                datagram(100, 9),
+                Colour::Green,
+                1426,
+                Duration::ZERO,
+                at_us(30_000),
+            )
+            .expect("green accepted");
+        for us in (30_000..40_000).step_by(500) {
+            shaper.release(at_us(us), &mut out, &mut stale);
+        }
+        assert_eq!(stale, 0);
+        assert!(out.iter().any(|r| r.colour == Colour::Green));
+    }
+
     /// Blue at 10.4 Mbit/s (as the uplink counts it) into 9.5, and green at about
     /// 1.1 Mbit/s, for two seconds released every millisecond: green's waits, and
     /// the share of its packets sent.
@@ -394,41 +446,29 @@ mod tests {
     }
 
     #[test]
-    fn green_is_refused_when_blue_fills_what_must_leave_within_its_delay() {
-        let mut shaper = Shaper::new(1_000, settings(AbeScheduler::Dsd), at_us(0));
-        shaper.set_lane(Colour::Blue, LaneId(0));
-        // 1 Mbit/s: two 1500-byte packets already take 25 ms, more than the 10 ms
-        // within which a green packet must leave.
-        queue_blue(&mut shaper, 2);
-        assert_eq!(
+    fn green_is_refused_when_what_must_leave_first_fills_its_delay() {
+        let green = |shaper: &mut Shaper| {
             shaper.enqueue(
                 datagram(1000, 9),
                 Colour::Green,
                 1426,
                 Duration::ZERO,
-                at_us(0)
-            ),
-            Err(ShapeDrop::GreenAcceptance)
-        );
+                at_us(0),
+            )
+        };
+        // 9.5 Mbit/s shaped: 11.9 kB leave in the 10 ms green has. The blue packets
+        // that cannot wait for it (deadlines before 9.1 ms, their slack counted) are
+        // 7 of 1500 wire bytes: with the first green's 1074, 11.6 kB fit; with a
+        // second one's, 12.6 kB do not.
+        let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
+        shaper.set_lane(Colour::Blue, LaneId(0));
+        queue_blue(&mut shaper, 20);
+        assert_eq!(green(&mut shaper), Ok(()));
+        assert_eq!(green(&mut shaper), Err(ShapeDrop::GreenAcceptance));
         // Under fifo it is queued like any packet.
-        let mut fifo = Shaper::new(1_000, settings(AbeScheduler::Fifo), at_us(0));
-        fifo.enqueue(
-            datagram(1426, 0),
-            Colour::Blue,
-            1426,
-            Duration::ZERO,
-            at_us(0),
-        )
-        .expect("accepted");
-        assert_eq!(
-            fifo.enqueue(
-                datagram(1000, 9),
-                Colour::Green,
-                1426,
-                Duration::ZERO,
-                at_us(0)
-            ),
-            Ok(())
-        );
+        let mut fifo = Shaper::new(10_000, settings(AbeScheduler::Fifo), at_us(0));
+        queue_blue(&mut fifo, 20);
+        assert_eq!(green(&mut fifo), Ok(()));
+        assert_eq!(green(&mut fifo), Ok(()));
     }
 }
