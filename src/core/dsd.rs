@@ -147,9 +147,15 @@ impl<P> Dsd<P> {
     /// late): the virtual FIFO, which served on, must wait as long, or every deadline
     /// would come that much too early for the real queue, which now holds more than
     /// the virtual one. Blue would then always be unable to wait, green refused or
-    /// stale, and the AQM would judge a queue shorter than the real one.
+    /// stale, and the AQM would judge a queue shorter than the real one. Green's
+    /// deadlines stay where they were in the caller's time: its delay bound is the
+    /// application's, not the uplink's (the green queue is short: what leaves within
+    /// `green_delay`).
     pub fn uplink_lost(&mut self, time: Duration) {
         self.lost += time;
+        for green in &mut self.green {
+            green.deadline = green.deadline - time;
+        }
     }
 
     /// `now` on DSD's clock.
@@ -458,6 +464,27 @@ mod tests {
         );
         assert_eq!(stale, ["G"]);
         assert_eq!(dsd.counters().green_stale_drops, 1);
+    }
+
+    #[test]
+    fn time_the_uplink_lost_delays_blue_deadlines_but_not_greens() {
+        let ms = |t: u64| Instant::from_nanos(t * 100_000);
+        let mut dsd = in_packet_times(100_000);
+        dsd.enqueue("B", 1000, Colour::Blue, ms(100))
+            .expect("accepted");
+        dsd.enqueue("G", 1000, Colour::Green, ms(100))
+            .expect("accepted");
+        // At 10 ms the uplink has sent nothing for 2.5 ms: B's deadline (10 ms) moves
+        // with it, but G must still have left by 13 ms, so it can no longer start.
+        dsd.uplink_lost(Duration::from_micros(2_500));
+        let mut stale = Vec::new();
+        assert_eq!(
+            dsd.dequeue(ms(125), |p| stale.push(p)),
+            Some(("B", Colour::Blue))
+        );
+        assert_eq!(stale, ["G"]);
+        // Flat best effort's queue has not moved either: both duplicates, 2 ms.
+        assert_eq!(dsd.virtual_backlog(ms(125)).0, Duration::from_millis(2));
     }
 
     /// Green packets of `green_len` bytes every 20 ms for 2 s behind a standing 20 ms
