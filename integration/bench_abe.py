@@ -24,6 +24,11 @@ instead of --braid's, so that two builds are measured side by side in one invoca
 repeated N times, taking turns, and the table shows the round with the median blue
 probe p99.
 
+Beside the probes' delays, the table gives the share of all green packets that left
+the exit's queues (its shaper's, under dsd) within 10 ms (`queue_delay_seconds`): the
+part of green's delay braid's queueing decides, where the probe's also has the lane,
+quinn and the path.
+
 Per variant it prints a table and writes DIR/abe-VARIANT.json and DIR/abe-VARIANT.svg
 (each probe's one-way delay above idle over time).
 """
@@ -157,6 +162,12 @@ def summarise(label, probes, reports, before, after):
     row["drops"] = {reason: drops(after, reason) - drops(before, reason) for reason in ("queue_delay", "queue_full")}
     green = lambda text, reason: metric_sum(text, f'braid_abe_green_drops_total{{reason="{reason}"}}')
     row["green_drops"] = {reason: green(after, reason) - green(before, reason) for reason in ("acceptance", "stale")}
+    # The exit's own part of green's delay: the share of green packets that left its
+    # queues (the shaper's, under dsd) within green_delay_ms (10 ms, a bucket bound).
+    waited = lambda text, le: metric_sum(text, f'braid_queue_delay_seconds_bucket{{colour="green",le="{le}"}}')
+    counted = waited(after, "+Inf") - waited(before, "+Inf")
+    in_time = waited(after, "0.01") - waited(before, "0.01")
+    row["green_in_time_pct"] = 100.0 * in_time / counted if counted else 100.0
     return row
 
 
@@ -194,12 +205,13 @@ def report(variant, rows, seconds):
     print(f"\n== {variant}: uplinks {v['rates']} Mbit/s, one-way delays {v['delays']} ms, {downloads} downloads "
           f"for {seconds} s, 1 Mbit/s probes of each colour")
     print(f"{'run':34} {'probe':6} {'idle ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'loss %':>7} "
-          f"{'goodput Mbit/s':>15} {'CoDel drops':>12} {'green refused/stale':>20}")
+          f"{'goodput Mbit/s':>15} {'CoDel drops':>12} {'green refused/stale':>20} {'green <=10 ms at exit %':>24}")
     for r in rows:
         for colour, p in r["probes"].items():
             print(f"{r['run']:34} {colour:6} {p['idle_ms']:8.2f} {p['p50_ms']:7.1f} {p['p99_ms']:7.1f} "
                   f"{p['loss_pct']:7.2f} {r['goodput_mbps'].get(colour, 0):15.2f} {r['drops']['queue_delay']:12.0f} "
-                  f"{r['green_drops']['acceptance']:>11.0f}/{r['green_drops']['stale']:<8.0f}")
+                  f"{r['green_drops']['acceptance']:>11.0f}/{r['green_drops']['stale']:<8.0f} "
+                  f"{r['green_in_time_pct']:24.2f}")
         if len(r.get("rounds", [])) > 1:
             print(f"{'':34} every round, blue p99 ms: " + " ".join(f"{v:.1f}" for v in r["rounds"]))
 
