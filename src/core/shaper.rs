@@ -218,9 +218,9 @@ impl Shaper {
     /// packets that went stale into `stale`.
     pub fn release(&mut self, now: Instant, out: &mut Vec<Released>, stale: &mut u64) {
         let resume_at = now - MAX_BURST;
-        if self.dsd.queued_bytes() > 0 {
-            self.dsd
-                .uplink_lost(resume_at.saturating_since(self.next_send));
+        let lost = resume_at.saturating_since(self.next_send);
+        if lost > Duration::ZERO && self.dsd.queued_bytes() > 0 {
+            self.dsd.uplink_lost(lost);
         }
         self.next_send = self.next_send.max(resume_at);
         while self.next_send <= now {
