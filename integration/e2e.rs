@@ -716,6 +716,13 @@ fn a_broken_uplink_is_avoided_within_a_tenth_of_a_second() {
         ) >= 1.0,
         "what the dead lane was handed is sent again, and counted"
     );
+    assert!(
+        tb.metric(
+            "en",
+            "braid_lane_probes_total{colour=\"blue\",direction=\"sent\",site=\"site1\",uplink=\"up2\"}"
+        ) >= 1.0,
+        "the lane probed its dead path between pings, and counted it"
+    );
     assert_eq!(
         tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up2\"}"),
         0.0

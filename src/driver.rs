@@ -28,7 +28,7 @@ use crate::core::offload::{Coalescer, MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::DATAGRAM_HEADER_LEN;
+use crate::core::wire::{DATAGRAM_HEADER_LEN, PROBE};
 use crate::lane::{LaneEvent, NewLane};
 use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
@@ -368,6 +368,7 @@ impl Driver {
             LaneService::Stalled {
                 silent_for,
                 unanswered,
+                pings,
                 probes,
                 queued,
                 resent,
@@ -379,6 +380,7 @@ impl Driver {
                 colour,
                 silent_ms = silent_for.as_millis() as u64,
                 unanswered,
+                pings,
                 probes,
                 queued_bytes = queued,
                 resent,
@@ -622,6 +624,8 @@ async fn send_loop(
         let sent = conn.send_datagram_wait(datagram).await;
         progress.dequeued_bytes.fetch_add(len, Ordering::Relaxed);
         match sent {
+            // Counted as the lane's inner packets: not probes, which carry none.
+            Ok(()) if len == PROBE.len() as u64 => {}
             Ok(()) => {
                 progress.sent_packets.fetch_add(1, Ordering::Relaxed);
                 progress.sent_bytes.fetch_add(len, Ordering::Relaxed);

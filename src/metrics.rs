@@ -45,6 +45,7 @@ pub struct Metrics {
     lane_lost: IntCounterVec,
     lane_stalls: IntCounterVec,
     lane_resent: IntCounterVec,
+    lane_probes: IntCounterVec,
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     reseq_packets: IntCounterVec,
@@ -90,6 +91,8 @@ pub struct LaneMetrics {
     pub lost: IntCounter,
     pub stalls: IntCounter,
     pub resent: IntCounter,
+    pub probes_sent: IntCounter,
+    pub probes_received: IntCounter,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: Vec<IntCounter>,
 }
@@ -221,6 +224,17 @@ impl Metrics {
                 "lane_resent_packets_total",
                 "Packets the lane's dead path may have lost, sent again over the other lanes when it was taken out of service",
             )?,
+            lane_probes: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "lane_probes_total",
+                        "Probes the lane sent while an answer from its peer was overdue, and probes it received",
+                    ),
+                    &["site", "uplink", "colour", "direction"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
             decisions: {
                 let c = IntCounterVec::new(
                     Opts::new(
@@ -382,6 +396,18 @@ impl Metrics {
             lost: self.lane_lost.with_label_values(&l),
             stalls: self.lane_stalls.with_label_values(&l),
             resent: self.lane_resent.with_label_values(&l),
+            probes_sent: self.lane_probes.with_label_values(&[
+                site,
+                uplink,
+                colour.as_str(),
+                "sent",
+            ]),
+            probes_received: self.lane_probes.with_label_values(&[
+                site,
+                uplink,
+                colour.as_str(),
+                "received",
+            ]),
             decisions: DecisionKind::ALL
                 .iter()
                 .map(|k| {
@@ -782,6 +808,10 @@ impl Export {
                 .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
             m.stalls.inc_by(now.stalls.saturating_sub(old.stalls));
             m.resent.inc_by(now.resent.saturating_sub(old.resent));
+            m.probes_sent
+                .inc_by(now.probes_sent.saturating_sub(old.probes_sent));
+            m.probes_received
+                .inc_by(now.probes_received.saturating_sub(old.probes_received));
             for (k, c) in m.decisions.iter().enumerate() {
                 c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
             }

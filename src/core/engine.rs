@@ -44,7 +44,9 @@ use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::shaper::{AbeSettings, Released, ShapeDrop, Shaper};
 use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
-use super::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, split_datagram, write_datagram_header};
+use super::wire::{
+    DATAGRAM_HEADER_LEN, DatagramHeader, PROBE, split_datagram, write_datagram_header,
+};
 
 /// A lane that received nothing for this long is not scheduled: both ends send at
 /// least a keep-alive every 100 ms, so silence means the path is broken, long before
@@ -61,13 +63,27 @@ const ANSWER_SLACK: Duration = Duration::from_millis(20);
 /// The shortest wait for an answer: scheduling hiccups of a loaded router (both
 /// gateways share its cores with everything else) must not look like a dead path.
 const MIN_ANSWER_TIMEOUT: Duration = Duration::from_millis(60);
-/// Answers that must have failed to come, not just one: a lossy path often leaves one
-/// packet unanswered (it or its acknowledgement lost), rarely four in a row. Packets
+/// Exchanges (a transmission and the acknowledgement it asks for) that must each have
+/// failed, in a row, before a lane that carries packets is given up: on a path losing
+/// 5 % each way one exchange in ten fails, six in a row once in a million. Packets
 /// that leave together are answered together, by one acknowledgement, so they count
-/// once (see [`Lane::unanswered`]): counting packets, a burst whose one
-/// acknowledgement was lost gave up a lane over a path losing 5 % each way about once
-/// in 12 runs of 20 s.
-const UNANSWERED_TO_STALL: u64 = 4;
+/// once (see [`Lane::unanswered`]). Four were too few: a lane carrying a 50 packets/s
+/// flow over such a path was given up falsely in 2 of 34 runs of 20 s, as it makes
+/// thousands of exchanges; so a lane whose answer is overdue makes more of them, by
+/// probing (see [`PROBE_INTERVAL`]), rather than waiting longer for its traffic to.
+const EXCHANGES_TO_STALL: u64 = 6;
+/// Once the answer a lane waits for is overdue (its round trip and the peer's ACK
+/// delay have passed), it sends a probe, a datagram of braid's protocol that carries
+/// no packet (see [`super::wire::PROBE`]), this often while nothing is heard and
+/// nothing else of its leaves quinn: each asks the peer for an acknowledgement of its
+/// own, so that a lane carrying little gathers [`EXCHANGES_TO_STALL`] failed
+/// exchanges within a few round trips on a dead path, and is answered at once on a
+/// live one. One per ACK delay: faster ones would be answered together.
+pub const PROBE_INTERVAL: Duration = PEER_ACK_DELAY;
+/// The most probes a lane sends while it waits for one answer: enough to give up a
+/// dead path with, and to ride out a lossy one; a lane still waiting after that is
+/// given up by the rules for stuck queues or at the idle bound.
+const MAX_PROBES_PER_WAIT: u32 = 16;
 /// After two answer timeouts of silence one unanswered packet is enough. quinn
 /// sends little while its congestion window is full of packets the dead path lost:
 /// a probe after its probe timeout, then after twice that, and so on, so three
@@ -82,6 +98,12 @@ const UNANSWERED_AFTER_TWO_TIMEOUTS: u64 = 1;
 /// probe a round trip later.
 pub fn answer_timeout(srtt: Duration) -> Duration {
     (2 * srtt + PEER_ACK_DELAY + ANSWER_SLACK).max(MIN_ANSWER_TIMEOUT)
+}
+
+/// How long after a transmission its exchange counts as failed: its round trip, the
+/// peer's ACK delay and the slack for the round trip's variation.
+fn exchange_timeout(srtt: Duration) -> Duration {
+    srtt + PEER_ACK_DELAY + ANSWER_SLACK
 }
 /// Datagrams handed to a lane are kept this long (at most [`RESEND_MAX_BYTES`]), so
 /// that those its path may have lost are sent again over the other lanes when it is
@@ -212,8 +234,10 @@ pub enum LaneService {
     Stalled {
         silent_for: Duration,
         unanswered: u64,
-        /// quinn's probes (PING frames) sent since the peer was last heard.
-        probes: u64,
+        /// quinn's PING frames (its probes and keep-alives) and braid's probes sent
+        /// since the peer was last heard.
+        pings: u64,
+        probes: u32,
         /// Bytes handed to the lane and not yet sent: they will be late, or lost.
         queued: u64,
         /// Datagrams handed to it since shortly before the peer was last heard, sent
@@ -238,6 +262,10 @@ pub struct LaneCounters {
     pub stalls: u64,
     /// Datagrams sent again over the other lanes when it was.
     pub resent: u64,
+    /// Probes sent while an answer was overdue (see [`PROBE_INTERVAL`]), and probes
+    /// received from the peer.
+    pub probes_sent: u64,
+    pub probes_received: u64,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: [u64; DecisionKind::ALL.len()],
 }
@@ -302,9 +330,14 @@ struct Lane {
     answer_wait_from: Instant,
     /// The samples since then that saw quinn transmit packets of the wait, at least
     /// the peer's ACK delay apart: each needed an acknowledgement of its own. And
-    /// when the last of them was.
+    /// when the last of them was, and the [`EXCHANGES_TO_STALL`]-th.
     answer_chances: u64,
     last_chance_at: Instant,
+    decisive_chance_at: Option<Instant>,
+    /// When the lane sends its next probe while it waits (see [`PROBE_INTERVAL`]),
+    /// and how many it sent in this wait.
+    probe_at: Option<Instant>,
+    probes_in_wait: u32,
     /// Datagrams handed to the shell for sending, and how many of them quinn has
     /// transmitted, refused or abandoned at the last sample.
     handed_datagrams: u64,
@@ -370,15 +403,104 @@ impl Lane {
         if self.answer_due.is_none() {
             return 0;
         }
-        self.answer_chances + self.probes()
+        self.answer_chances + self.pings()
     }
 
-    /// Starts waiting for an answer to the `answer_for`-th packet handed, from `at`.
-    fn await_answer(&mut self, answer_for: u64, at: Instant) {
+    /// Starts waiting for an answer to the `answer_for`-th packet handed, from `at`;
+    /// returns when the lane's silence is judged first (see [`Lane::review_wait`]).
+    fn await_answer(&mut self, answer_for: u64, at: Instant, srtt: Duration) -> Instant {
         self.answer_for = answer_for;
         self.answer_wait_from = at;
         self.answer_chances = 0;
         self.last_chance_at = Instant::ZERO;
+        self.decisive_chance_at = None;
+        self.probe_at = Some(at + srtt + PEER_ACK_DELAY);
+        self.probes_in_wait = 0;
+        let due = at + 2 * answer_timeout(srtt);
+        self.answer_due = Some(due);
+        due.min(at + srtt + PEER_ACK_DELAY)
+    }
+
+    /// Stops waiting: the peer was heard.
+    fn answered(&mut self) {
+        self.answer_due = None;
+        self.probe_at = None;
+    }
+
+    /// Counts a sample that saw quinn transmit packets of the wait as a chance for
+    /// an answer, if it came the peer's ACK delay or more after the last one; returns
+    /// when the lane's silence is judged, when this chance was the decisive one.
+    fn count_chance(&mut self, srtt: Duration, now: Instant) -> Option<Instant> {
+        if now.saturating_since(self.last_chance_at) < PEER_ACK_DELAY {
+            return None;
+        }
+        self.answer_chances += 1;
+        self.last_chance_at = now;
+        if self.answer_chances != EXCHANGES_TO_STALL {
+            return None;
+        }
+        self.decisive_chance_at = Some(now);
+        let due = self.exchanges_failed_at(srtt)?;
+        self.answer_due = Some(self.answer_due.map_or(due, |d| d.min(due)));
+        Some(due)
+    }
+
+    /// When the [`EXCHANGES_TO_STALL`] chances counted so far all count as failed.
+    fn exchanges_failed_at(&self, srtt: Duration) -> Option<Instant> {
+        let at = self.decisive_chance_at? + exchange_timeout(srtt);
+        Some(at.max(self.answer_wait_from + MIN_ANSWER_TIMEOUT))
+    }
+
+    /// At the instant the lane's silence is due to be judged (`answer_due`): leaves
+    /// it there when the evidence is in, so that the lane counts as silent, or moves
+    /// it to when there will be more. Either [`EXCHANGES_TO_STALL`] exchanges failed,
+    /// or, after two answer timeouts, any one did: quinn sends little while its
+    /// congestion window is full of packets a dead path lost (a probe after its probe
+    /// timeout, then after twice that), and braid's probes wait behind them too.
+    fn review_wait(&mut self, srtt: Duration, now: Instant) {
+        if self.answer_due.is_none_or(|due| due > now) {
+            return;
+        }
+        let timeout = answer_timeout(srtt);
+        let second = self.answer_wait_from + 2 * timeout;
+        let by_exchanges = self.exchanges_failed_at(srtt);
+        let enough = if now >= second {
+            self.unanswered() >= UNANSWERED_AFTER_TWO_TIMEOUTS
+        } else {
+            by_exchanges.is_some_and(|at| at <= now)
+        };
+        if !enough {
+            let next = if now < second { second } else { now + timeout };
+            self.answer_due = Some(by_exchanges.map_or(next, |at| at.min(next)));
+        }
+    }
+
+    /// When due, sends a probe (returned, for the shell) while the lane waits for an
+    /// answer and has nothing else in braid's queue or quinn's; returns too when the
+    /// next one is due.
+    fn probe(&mut self, now: Instant) -> (Option<Bytes>, Option<Instant>) {
+        let Some(due) = self.probe_at.filter(|_| self.answer_due.is_some()) else {
+            return (None, None);
+        };
+        if due > now {
+            return (None, Some(due));
+        }
+        if self.probes_in_wait >= MAX_PROBES_PER_WAIT {
+            self.probe_at = None;
+            return (None, None);
+        }
+        self.probe_at = Some(now + PROBE_INTERVAL);
+        if self.own_queue() > 0 || self.left_quinn < self.handed_datagrams {
+            // What is queued will leave and count, or it is stuck behind quinn's
+            // congestion window, as a probe would be.
+            return (None, self.probe_at);
+        }
+        let probe = Bytes::from_static(&PROBE);
+        self.handed_bytes += probe.len() as u64;
+        self.handed_datagrams += 1;
+        self.probes_in_wait += 1;
+        self.counters.probes_sent += 1;
+        (Some(probe), self.probe_at)
     }
 
     /// The packets quinn has transmitted since the peer was last heard from (from
@@ -391,7 +513,7 @@ impl Lane {
     }
 
     /// quinn's PING frames (probes and keep-alives) since the peer was last heard.
-    fn probes(&self) -> u64 {
+    fn pings(&self) -> u64 {
         self.sent_pings.saturating_sub(self.pings_when_heard)
     }
 
@@ -400,7 +522,8 @@ impl Lane {
         LaneService::Stalled {
             silent_for: now.saturating_since(self.heard_at),
             unanswered: self.unanswered_datagrams(),
-            probes: self.probes(),
+            pings: self.pings(),
+            probes: self.probes_in_wait,
             queued: self.own_queue(),
             resent,
             srtt,
@@ -618,6 +741,11 @@ impl DataPath {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return self.count_drop(DropReason::NoLane);
         };
+        if datagram.len() == PROBE.len() {
+            // A probe: QUIC acknowledges it; it carries nothing for braid.
+            l.counters.probes_received += 1;
+            return;
+        }
         l.counters.rx_packets += 1;
         l.counters.rx_bytes += datagram.len() as u64;
         let site_idx = l.site;
@@ -697,6 +825,9 @@ impl DataPath {
             answer_wait_from: now,
             answer_chances: 0,
             last_chance_at: Instant::ZERO,
+            decisive_chance_at: None,
+            probe_at: None,
+            probes_in_wait: 0,
             handed_datagrams: 0,
             left_quinn: 0,
             recovering: false,
@@ -794,7 +925,7 @@ impl DataPath {
         if heard {
             l.rx_datagrams = sample.rx_datagrams;
             l.heard_at = now;
-            l.answer_due = None;
+            l.answered();
             l.pings_when_heard = sample.sent_pings;
         }
         l.sent_pings = sample.sent_pings;
@@ -816,40 +947,19 @@ impl DataPath {
         let left_before = l.left_quinn;
         l.left_quinn =
             sample.transmitted_datagrams + sample.refused_datagrams + sample.abandoned_datagrams;
-        if l.answer_due.is_some()
-            && l.left_quinn > left_before
-            && l.left_quinn >= l.answer_for
-            && now.saturating_since(l.last_chance_at) >= PEER_ACK_DELAY
-        {
-            l.answer_chances += 1;
-            l.last_chance_at = now;
+        if l.answer_due.is_some() && l.left_quinn > left_before && l.left_quinn >= l.answer_for {
+            let due = l.count_chance(sample.srtt, now);
+            self.stall_check_at = earliest(self.stall_check_at, due);
         }
         if heard && l.left_quinn < l.handed_datagrams {
             // Packets handed before are still inside braid or quinn (its congestion
             // window is full): the next of them to leave, or quinn's probe, must be
             // answered in turn. Without this, a lane the scheduler stops handing
             // packets to because of that queue would wait for the idle bound.
-            l.await_answer(l.left_quinn + 1, now);
-            let due = now + answer_timeout(sample.srtt);
-            l.answer_due = Some(due);
+            let due = l.await_answer(l.left_quinn + 1, now, sample.srtt);
             self.stall_check_at = earliest(self.stall_check_at, Some(due));
         }
-        if l.answer_due.is_some_and(|due| due <= now) {
-            let timeout = answer_timeout(sample.srtt);
-            let waited = now.saturating_since(l.answer_wait_from);
-            let needed = if waited >= 2 * timeout {
-                UNANSWERED_AFTER_TWO_TIMEOUTS
-            } else {
-                UNANSWERED_TO_STALL
-            };
-            if l.unanswered() < needed {
-                // Too few packets have left quinn (its congestion window holds them)
-                // to tell a dead path from a lossy one: wait until two timeouts have
-                // passed, or after that, give the last of them a whole timeout.
-                let second = l.answer_wait_from + 2 * timeout;
-                l.answer_due = Some(if now < second { second } else { now + timeout });
-            }
-        }
+        l.review_wait(sample.srtt, now);
         let silent_from = l.silent_from(self.lane_stall);
         let alive = now < silent_from;
         // Its own queue, not its uplink shaper's: the other colour's packets there
@@ -1047,7 +1157,12 @@ impl DataPath {
                     l.counters.stalls += 1;
                     stalled.push((id, v.srtt));
                 } else {
-                    self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
+                    let (probe, next_probe) = l.probe(now);
+                    if let Some(datagram) = probe {
+                        self.transmits.push_back(Transmit { lane: id, datagram });
+                    }
+                    let next = earliest(Some(silent_from), next_probe);
+                    self.stall_check_at = earliest(self.stall_check_at, next);
                 }
             }
             for (id, srtt) in stalled {
@@ -1664,10 +1779,7 @@ fn hand_to_lane(
     if lane.answer_due.is_some() {
         return None;
     }
-    lane.await_answer(lane.handed_datagrams, now + sojourn);
-    let due = lane.answer_wait_from + answer_timeout(srtt);
-    lane.answer_due = Some(due);
-    Some(due)
+    Some(lane.await_answer(lane.handed_datagrams, now + sojourn, srtt))
 }
 
 /// The lane other than `dead` that is up, can carry a packet of `len` bytes and
@@ -2204,22 +2316,24 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_lane_whose_packets_go_unanswered_is_given_up_within_its_answer_timeout() {
+    fn a_lane_whose_packets_go_unanswered_is_given_up_after_six_failed_exchanges() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
         let b = lane_up(&mut e, "a", "lte", 1400, at(0));
-        // b's path dies after 100 ms; its packet of 100 ms is the first unanswered.
-        let timeout = answer_timeout(Duration::from_millis(20)).as_millis() as u64;
+        // b's path dies after 100 ms; its packet of 100 ms is the first unanswered,
+        // seen on the wire at the sample of 110 ms, its successors every 10 ms.
+        let failed_after = exchange_timeout(Duration::from_millis(20)).as_millis() as u64;
         assert_eq!(
-            timeout, 65,
-            "two 20 ms round trips, the peer's ACK delay, slack"
+            failed_after, 45,
+            "a 20 ms round trip, the peer's ACK delay, slack"
         );
         let b_last = run_two_lanes(&mut e, (a, b), 10..=400, |t| t <= 100, |_| true);
+        let decisive = 100 + 10 * EXCHANGES_TO_STALL;
         assert_eq!(
             b_last,
-            Some((100 + timeout) / 10 * 10),
-            "b is given up {timeout} ms after its first unanswered packet, long before \
-             the idle bound of {LANE_STALL:?}"
+            Some((decisive + failed_after) / 10 * 10),
+            "b is given up {failed_after} ms after the sixth unanswered transmission it \
+             saw ({decisive} ms), long before the idle bound of {LANE_STALL:?}"
         );
         assert_eq!(e.lanes_up(), 1);
         assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1));
@@ -2229,17 +2343,19 @@ pub(crate) mod tests {
             Some((
                 b,
                 LaneService::Stalled {
-                    silent_for: Duration::from_millis(70),
-                    unanswered: 7,
+                    silent_for: Duration::from_millis(110),
+                    unanswered: 11,
+                    pings: 0,
+                    // None: its queue is never empty, and what leaves it counts.
                     probes: 0,
                     // Every packet b was handed (its samples report none dequeued).
-                    queued: 2336,
-                    resent: 9,
+                    queued: 2920,
+                    resent: 13,
                     srtt: Duration::from_millis(20),
                 }
             )),
-            "why, for the log: heard last at 100 ms, given up at the sample of 170 ms, \
-             its packets of 100 to 160 ms unanswered"
+            "why, for the log: heard last at 100 ms, given up at the sample of 210 ms, \
+             its packets of 100 to 200 ms unanswered"
         );
         assert_eq!(e.poll_lane_service(), None, "once");
         // Its peer is heard again, but packets handed to b before the outage are still
@@ -2259,7 +2375,7 @@ pub(crate) mod tests {
             Some((
                 b,
                 LaneService::Back {
-                    out_for: Duration::from_millis(250)
+                    out_for: Duration::from_millis(210)
                 }
             ))
         );
@@ -2304,7 +2420,7 @@ pub(crate) mod tests {
             assert_eq!(sent_on(&mut e, &pkt, at(100)), Some(b));
             let mut up = Vec::new();
             for t in (110..=400).step_by(10) {
-                let rx = if t >= heard_again { 101 } else { 100 };
+                let rx = if t >= heard_again { t } else { 100 };
                 let sent = LaneSample {
                     transmitted_datagrams: 1,
                     ..sample(1400, rx)
@@ -2427,7 +2543,7 @@ pub(crate) mod tests {
                     on_b.extend(
                         transmits(&mut e)
                             .into_iter()
-                            .filter(|x| x.lane == b)
+                            .filter(|x| x.lane == b && x.datagram[..] != PROBE)
                             .map(|x| (t, x.datagram)),
                     );
                 }
@@ -2438,8 +2554,8 @@ pub(crate) mod tests {
         let (a, on_b, at_stall, resent) = run(true);
         let (t, again) = at_stall.expect("b given up");
         assert_eq!(
-            t, 170,
-            "65 ms after its first unanswered packet, at the next sample"
+            t, 210,
+            "45 ms after its sixth unanswered transmission (160 ms), at the next sample"
         );
         // Heard last at 100 ms with a 20 ms SRTT: what b was handed from 80 ms on may
         // be lost; it goes to a, unchanged (the same sequence numbers), in order.
@@ -2448,13 +2564,13 @@ pub(crate) mod tests {
             .filter(|(t, _)| *t >= 80)
             .map(|(_, d)| d.clone())
             .collect();
-        assert_eq!(expected.len(), 9);
+        assert_eq!(expected.len(), 13);
         assert!(again.iter().all(|x| Some(x.lane) == a), "{again:?}");
         assert_eq!(
             again.into_iter().map(|x| x.datagram).collect::<Vec<_>>(),
             expected
         );
-        assert_eq!(resent, Some(9));
+        assert_eq!(resent, Some(13));
         // With no other lane there is nowhere to send them.
         let (_, _, at_stall, resent) = run(false);
         assert!(at_stall.expect("b given up").1.is_empty());
@@ -2487,47 +2603,84 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn three_missing_answers_within_a_timeout_are_losses_four_a_dead_path() {
-        let timeout = answer_timeout(Duration::from_millis(20)).as_millis() as u64;
-        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
-        // `n` packets 10 ms apart from 100 ms on, each on the wire at once and none
-        // answered: returns when the lane is given up.
-        let given_up_at = |n: u64| {
-            let mut e = engine(Role::Entry, Algorithm::RoundRobin);
-            let b = lane_up(&mut e, "a", "lte", 1400, at(0));
-            for t in (100..=600).step_by(10) {
-                e.handle_lane_sample(b, drained(&e, b, t.min(100)), at(t));
-                e.handle_timeout(at(t));
-                if e.lanes_up() == 0 {
-                    return t;
-                }
-                if t < 100 + 10 * n {
-                    assert_eq!(sent_on(&mut e, &pkt, at(t)), Some(b));
-                }
-            }
-            panic!("never given up");
-        };
-        assert_eq!(given_up_at(4), (100 + timeout).div_ceil(10) * 10);
-        assert_eq!(
-            given_up_at(3),
-            100 + 2 * timeout,
-            "three are not enough within one timeout, but after two one is"
-        );
-        // Six packets that leave together are answered by one acknowledgement: its
-        // loss is one missing answer, not six.
+    /// Lane b alone, heard until 100 ms, is handed `burst` packets at 100 ms, which
+    /// leave at once; it is sampled and its timers run every millisecond, its probes
+    /// leave at once too, and its peer is heard again from `heard_again` (ms) on. Returns
+    /// when b sent probes, and when it was given up.
+    fn probed(burst: usize, heard_again: u64) -> (Vec<u64>, Option<u64>) {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let b = lane_up(&mut e, "a", "lte", 1400, at(0));
         e.handle_lane_sample(b, drained(&e, b, 100), at(100));
-        for _ in 0..6 {
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        for _ in 0..burst {
             assert_eq!(sent_on(&mut e, &pkt, at(100)), Some(b));
         }
-        let burst_given_up_at = (110..=600).step_by(10).find(|&t| {
-            e.handle_lane_sample(b, drained(&e, b, 100), at(t));
+        let mut probes = Vec::new();
+        for t in 101..=600 {
+            let rx = if t >= heard_again { t } else { 100 };
+            e.handle_lane_sample(b, drained(&e, b, rx), at(t));
             e.handle_timeout(at(t));
-            e.lanes_up() == 0
-        });
-        assert_eq!(burst_given_up_at, Some(100 + 2 * timeout));
+            if e.lanes_up() == 0 {
+                assert_eq!(
+                    e.lane(b).map(|l| l.counters.probes_sent),
+                    Some(probes.len() as u64)
+                );
+                return (probes, Some(t));
+            }
+            for x in transmits(&mut e) {
+                assert_eq!((x.lane, &x.datagram[..]), (b, &PROBE[..]), "only probes");
+                probes.push(t);
+            }
+        }
+        (probes, None)
+    }
+
+    #[test]
+    fn a_lane_whose_answer_is_overdue_probes_and_is_given_up_after_six_failed_exchanges() {
+        let srtt = Duration::from_millis(20);
+        let overdue = 100 + (srtt + PEER_ACK_DELAY).as_millis() as u64;
+        let failed_after = exchange_timeout(srtt).as_millis() as u64;
+        let every = PROBE_INTERVAL.as_millis() as u64;
+        // One packet, seen on the wire at 101 ms, then probes from when its answer is
+        // overdue: the fifth, seen at the sample after it, is the sixth exchange.
+        let (probes, given_up) = probed(1, 1000);
+        let decisive = overdue + 4 * every + 1;
+        assert_eq!(given_up, Some(decisive + failed_after));
+        let expected: Vec<u64> = (overdue..given_up.unwrap_or(0))
+            .step_by(every as usize)
+            .collect();
+        assert_eq!(
+            probes, expected,
+            "every {every} ms from {overdue} ms until given up"
+        );
+        assert_eq!(given_up, Some(191), "on a dead path, within 5 round trips");
+        // A burst that leaves at once is answered by one acknowledgement: its loss is
+        // one failed exchange, not six, and the probes make up the rest.
+        assert_eq!(probed(6, 1000), (expected, given_up));
+        // Answered before the sixth exchange fails (five of them lost, each packet or
+        // its acknowledgement, as on a lossy path): b stays up, and probing stops.
+        let (probes, given_up) = probed(1, 190);
+        assert_eq!(given_up, None);
+        assert_eq!(probes.last(), Some(&185));
+        // A lane that is heard sends no probe.
+        assert_eq!(probed(1, 110), (vec![], None));
+    }
+
+    #[test]
+    fn a_probe_is_acknowledged_by_quinn_and_dropped_by_the_receiving_gateway() {
+        let mut e = engine(Role::Exit, Algorithm::RoundRobin);
+        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        e.handle_lane_datagram(lane, Bytes::from_static(&PROBE), at(1));
+        let counters = e.lane(lane).map(|l| *l.counters);
+        assert_eq!(
+            counters.map(|c| (c.probes_received, c.rx_packets)),
+            Some((1, 0))
+        );
+        assert_eq!(e.poll_tun_write(), None);
+        assert!(
+            DropReason::ALL.iter().all(|r| e.dropped(*r) == 0),
+            "not a drop"
+        );
     }
 
     #[test]
@@ -2543,7 +2696,13 @@ pub(crate) mod tests {
         assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(0));
         // Packets that do leave and get no answer still count.
         let b_last = run_two_lanes(&mut e, (a, b), 1010..=1200, |t| t <= 1050, |_| true);
-        assert_eq!(b_last, Some(1050 + 60), "{b_last:?}");
+        let decisive = 1050 + 10 * EXCHANGES_TO_STALL;
+        let failed_after = exchange_timeout(Duration::from_millis(20)).as_millis() as u64;
+        assert_eq!(
+            b_last,
+            Some((decisive + failed_after) / 10 * 10),
+            "{b_last:?}"
+        );
         assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(1));
     }
 

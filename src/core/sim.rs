@@ -12,7 +12,7 @@ use bytes::Bytes;
 use etherparse::PacketBuilder;
 
 use super::engine::tests::{at, config, send};
-use super::engine::{DataPath, LaneUp, Role};
+use super::engine::{DataPath, LaneUp, PEER_ACK_DELAY, Role};
 use super::lane::{Colour, LaneId, LaneSample};
 use super::pacing_table::{AppIdx, PacingTable};
 use super::reseq::ReseqCounters;
@@ -35,6 +35,11 @@ struct SimLane {
     exit_id: LaneId,
     /// When the link is free again.
     free_at: Instant,
+    /// When the exit's acknowledgements of delivered datagrams reach the entry, in
+    /// order; how many have, and how many of the exit's keep-alives were counted.
+    acks: VecDeque<Instant>,
+    acks_heard: u64,
+    keep_alives: u64,
     /// (departure, bytes) of datagrams not yet on the wire, oldest first.
     queued: VecDeque<(Instant, u64)>,
     dequeued_bytes: u64,
@@ -42,8 +47,48 @@ struct SimLane {
     sent_bytes: u64,
 }
 
+/// How often each end sends a keep-alive on an idle lane (as `lane::KEEP_ALIVE`).
+const KEEP_ALIVE: Duration = Duration::from_millis(100);
+
 impl SimLane {
-    /// What the shell would read from quinn and the send task at `now`.
+    /// What the entry's shell would read at `now`: it hears the exit's
+    /// acknowledgements, sent the peer's ACK delay after each datagram arrived, and
+    /// its keep-alives, each lost like a datagram.
+    fn entry_sample(&mut self, now: Instant, rng: &mut Rng) -> LaneSample {
+        while self.acks.front().is_some_and(|&at| at <= now) {
+            self.acks.pop_front();
+            self.acks_heard += 1;
+        }
+        // Keep-alives sent up to one one-way delay ago, from the first at 100 ms.
+        let sent_by = now.saturating_since(Instant::ZERO + self.one_way);
+        let sent = (sent_by.as_nanos() / KEEP_ALIVE.as_nanos()) as u64;
+        while self.keep_alives < sent {
+            self.keep_alives += 1;
+            let sent_at = Instant::ZERO + KEEP_ALIVE * self.keep_alives as u32;
+            let dead = self.silent_from.is_some_and(|s| sent_at >= s);
+            if !dead && rng.next(1000) >= self.loss {
+                self.acks_heard += 1;
+            }
+        }
+        let heard = self.acks_heard;
+        LaneSample {
+            rx_datagrams: heard,
+            ..self.sample(now)
+        }
+    }
+
+    /// Acknowledges a datagram that reached the exit at `now`, unless the
+    /// acknowledgement is lost or the path is dead.
+    fn acknowledge(&mut self, now: Instant, rng: &mut Rng) {
+        let sent_at = now + PEER_ACK_DELAY;
+        let dead = self.silent_from.is_some_and(|s| sent_at >= s);
+        if !dead && rng.next(1000) >= self.loss {
+            self.acks.push_back(sent_at + self.one_way);
+        }
+    }
+
+    /// What the shell would read from quinn and the send task at `now`; the exit
+    /// hears the entry every 10 ms until the path falls silent.
     fn sample(&mut self, now: Instant) -> LaneSample {
         while let Some(&(departs, len)) = self.queued.front() {
             if departs > now {
@@ -114,6 +159,11 @@ pub struct Outcome {
     pub lost: u64,
     /// Datagrams the entry sent again when it gave a lane up.
     pub resent: u64,
+    /// Times the entry gave a lane up, and the probes it sent.
+    pub stalls: u64,
+    /// Per lane, when the entry last gave it up, if it is out of service at the end.
+    pub out_since: Vec<Option<Instant>>,
+    pub probes: u64,
     /// What the exit's resequencer did.
     pub reseq: ReseqCounters,
 }
@@ -134,11 +184,24 @@ pub struct Bulk {
 }
 
 /// Runs `bulk`, plus one flow per paced application offering 125 % of its rate, over
-/// `lanes`, for `seconds` of virtual time.
+/// `lanes`, for `seconds` of virtual time, scheduled by AFMT.
 pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
+    run_with(Algorithm::Afmt, true, lanes, bulk, seconds, seed)
+}
+
+/// Runs `bulk`, plus, when `paced`, one flow per paced application offering 125 % of
+/// its rate, over `lanes`, for `seconds` of virtual time, scheduled by `algorithm`.
+pub fn run_with(
+    algorithm: Algorithm,
+    paced: bool,
+    lanes: &[LaneSpec],
+    bulk: Bulk,
+    seconds: u64,
+    seed: u64,
+) -> Outcome {
     let mut rng = Rng(seed | 1);
-    let mut entry = DataPath::new(config(Role::Entry, Algorithm::Afmt));
-    let mut exit = DataPath::new(config(Role::Exit, Algorithm::Afmt));
+    let mut entry = DataPath::new(config(Role::Entry, algorithm));
+    let mut exit = DataPath::new(config(Role::Exit, algorithm));
     let table = PacingTable::parse(TABLE.as_bytes()).expect("valid table");
     entry.handle_pacing_table(super::engine::SiteIdx(0), table, Instant::ZERO);
     let mut sim_lanes: Vec<SimLane> = lanes
@@ -163,6 +226,9 @@ pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
                     .expect("site"),
                 exit_id: exit.handle_lane_up(up, Instant::ZERO).expect("site"),
                 free_at: Instant::ZERO,
+                acks: VecDeque::new(),
+                acks_heard: 0,
+                keep_alives: 0,
                 queued: VecDeque::new(),
                 dequeued_bytes: 0,
                 sent_packets: 0,
@@ -177,6 +243,7 @@ pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
             PACED_BPS
                 .iter()
                 .enumerate()
+                .filter(|_| paced)
                 .map(|(i, bps)| (30_000 + i as u16, 7001 + i as u16, bps * 5 / 4)),
         )
         .map(|(src_port, dst_port, bps)| SimFlow {
@@ -213,7 +280,7 @@ pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
         }
         if entry.wants_lane_samples(now) {
             for l in &mut sim_lanes {
-                let sample = l.sample(now);
+                let sample = l.entry_sample(now, &mut rng);
                 entry.handle_lane_sample(l.entry_id, sample, now);
             }
         }
@@ -249,6 +316,7 @@ pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
             let Some(Reverse((_, _, lane, datagram))) = in_flight.pop() else {
                 break;
             };
+            sim_lanes[lane].acknowledge(now, &mut rng);
             exit.handle_lane_datagram(sim_lanes[lane].exit_id, datagram, now);
         }
         entry.handle_timeout(now);
@@ -298,6 +366,21 @@ pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
         resent: sim_lanes
             .iter()
             .map(|l| entry.lane(l.entry_id).expect("lane").counters.resent)
+            .sum(),
+        stalls: sim_lanes
+            .iter()
+            .map(|l| entry.lane(l.entry_id).expect("lane").counters.stalls)
+            .sum(),
+        out_since: sim_lanes
+            .iter()
+            .map(|l| {
+                let lane = entry.lane(l.entry_id).expect("lane");
+                (!lane.view.up).then_some(lane.state_since)
+            })
+            .collect(),
+        probes: sim_lanes
+            .iter()
+            .map(|l| entry.lane(l.entry_id).expect("lane").counters.probes_sent)
             .sum(),
         reseq: *exit.reseq_counters(site),
     }
@@ -438,6 +521,51 @@ mod tests {
     }
 
     #[test]
+    fn a_path_losing_five_percent_each_way_is_never_given_up_and_a_dead_one_soon() {
+        // Three uplinks of 20 Mbit/s with one-way delays of 5, 10 and 15 ms, losing 5 %
+        // of datagrams and of acknowledgements and keep-alives; a 50 packets/s flow
+        // beside the paced applications, so that some lanes carry little: each of
+        // their exchanges fails one time in ten.
+        let lossy = |ms, silent_from| LaneSpec {
+            rate_bps: 20_000_000,
+            one_way_ms: ms,
+            loss_per_mille: 50,
+            silent_from,
+        };
+        let sparse = || Bulk {
+            flows: 1,
+            flow_bps: 480_000,
+            bursty: false,
+        };
+        let lanes = [lossy(5, None), lossy(10, None), lossy(15, None)];
+        let (mut probes, mut seconds) = (0, 0);
+        for seed in (1..12).step_by(2) {
+            let out = run_with(Algorithm::RoundRobin, false, &lanes, sparse(), 30, seed);
+            assert_eq!(out.stalls, 0, "seed {seed}: {out:?}");
+            probes += out.probes;
+            seconds += 30;
+        }
+        // What a lossy path costs: a few probes a second per lane (each 6 bytes and
+        // QUIC's overhead), as one exchange in ten needs them.
+        assert!(
+            probes > 0 && probes < seconds * 30,
+            "{probes} in {seconds} s"
+        );
+        // The same with the 15 ms uplink's path dying at 10 s: its next packet leaves
+        // within 60 ms (a packet in three), and six failed exchanges later, probes
+        // filling in, it is given up, long before the idle bound.
+        let lanes = [lossy(5, None), lossy(10, None), lossy(15, Some(at(10_000)))];
+        let out = run_with(Algorithm::RoundRobin, false, &lanes, sparse(), 12, 5);
+        assert_eq!(out.stalls, 1, "{out:?}");
+        let given_up = out.out_since[2].expect("out of service");
+        let after = given_up.saturating_since(at(10_000));
+        assert!(
+            after < Duration::from_millis(60 + 130),
+            "{after:?}: {out:?}"
+        );
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_trace() {
         let bulk = || Bulk {
             flows: 8,
@@ -453,7 +581,7 @@ mod tests {
     }
 
     const SNAPSHOT: [(u64, u64, [u64; 5]); 2] = [
-        (1619, 1_952_514, [3, 1618, 0, 0, 0]),
-        (2656, 3_203_136, [7, 2651, 0, 0, 0]),
+        (1620, 1_953_720, [3, 1619, 0, 0, 0]),
+        (2643, 3_186_258, [7, 2637, 0, 0, 0]),
     ];
 }

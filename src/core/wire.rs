@@ -24,6 +24,11 @@ pub const MAX_MESSAGE_LEN: usize = 4096;
 /// striped flow), or 0. The receiver resequences and measures reordering with them.
 pub const DATAGRAM_HEADER_LEN: usize = 6;
 
+/// A probe: a datagram of a header of zeros and no packet. A lane whose answer is
+/// overdue sends it so that its peer acknowledges something (QUIC acknowledges every
+/// DATAGRAM frame); the receiver counts it and drops it.
+pub const PROBE: [u8; DATAGRAM_HEADER_LEN] = [0; DATAGRAM_HEADER_LEN];
+
 /// The header of a datagram: see [`DATAGRAM_HEADER_LEN`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramHeader {
