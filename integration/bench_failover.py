@@ -17,7 +17,8 @@ after), the download's goodput in the 100 ms intervals after the cut (as a
 share of its mean over the second before the cut; the intervals are iperf3's, aligned
 to the cut within about 10 ms), the time until the returning path carried packets again,
 and the lanes each gateway took out of service (`braid_lane_stalls_total`; in the steady
-variants below, with the log line that says why each one was).
+variants below, with the log line that says why each one was, and the probes each
+gateway's lanes sent per second, `braid_lane_probes_total{direction="sent"}`).
 
 A second variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
 way, and every lane taken out of service is a false failover; `jittery` is the same
@@ -77,6 +78,12 @@ def lane_counts(text, metric):
     for m in re.finditer(rf'^braid_{metric}\{{[^}}]*uplink="([^"]+)"[^}}]*\}} (\S+)$', text, re.M):
         out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
     return out
+
+
+def probes_sent(text):
+    """Probes the gateway's lanes sent (`braid_lane_probes_total{direction="sent"}`)."""
+    return sum(float(m.group(1)) for m in re.finditer(
+        r'^braid_lane_probes_total\{[^}]*direction="sent"[^}]*\} (\S+)$', text, re.M))
 
 
 def cut(router, dead):
@@ -172,6 +179,8 @@ def run_one(variant, label, hold, braid, linkemu):
             after = lane_counts(metrics_text(NAME, "ex"), "lane_tx_packets_total")
             voip_uplink = max(after, key=lambda u: after[u] - before.get(u, 0))
             stalls_before = {role: lane_counts(metrics_text(NAME, role), "lane_stalls_total") for role in ("en", "ex")}
+            probes_before = {role: probes_sent(metrics_text(NAME, role)) for role in ("en", "ex")}
+            probes_since = time.monotonic()
             iperf_started = now_ns()
             download = subprocess.Popen(inns(NAME, "cl", "iperf3", "-c", SERVER, "-R", "-t", str(download_seconds),
                                              "-C", "cubic", "-i", "0.1", "-J"), stdout=subprocess.PIPE, text=True)
@@ -209,6 +218,8 @@ def run_one(variant, label, hold, braid, linkemu):
         stalls = {role: sum(lane_counts(metrics_text(NAME, role), "lane_stalls_total").values())
                   - sum(stalls_before[role].values()) for role in ("en", "ex")}
         row["stalls"] = stalls
+        row["probes_per_s"] = {role: (probes_sent(metrics_text(NAME, role)) - probes_before[role])
+                               / (time.monotonic() - probes_since) for role in ("en", "ex")}
         row["stall_log"] = stall_log()
         intervals = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6)
                      for i in report["intervals"]]
@@ -252,11 +263,13 @@ def report(rows):
             continue
         print(f"\n== {variant}: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms, {what}, "
               f"{LOSSY_SECONDS} s of TCP download and VoIP flow; nothing is cut")
-        print(f"{'run':34} {'false failovers en/ex':>22} {'VoIP gap down/up ms':>20} {'goodput Mbit/s':>15}")
+        print(f"{'run':34} {'false failovers en/ex':>22} {'VoIP gap down/up ms':>20} {'goodput Mbit/s':>15} "
+              f"{'probes/s en/ex':>15}")
         for r in steady:
-            v = r["voip"]
+            v, probes = r["voip"], r.get("probes_per_s", {"en": 0.0, "ex": 0.0})
             print(f"{r['run']:34} {r['stalls']['en']:10.0f} / {r['stalls']['ex']:<9.0f} "
-                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f}")
+                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f} "
+                  f"{probes['en']:7.1f} / {probes['ex']:<6.1f}")
             for line in r["stall_log"]:
                 print(f"    {line}")
 
