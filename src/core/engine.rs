@@ -72,6 +72,12 @@ const MIN_ANSWER_TIMEOUT: Duration = Duration::from_millis(60);
 /// thousands of exchanges; so a lane whose answer is overdue makes more of them, by
 /// probing (see [`PROBE_INTERVAL`]), rather than waiting longer for its traffic to.
 const EXCHANGES_TO_STALL: u64 = 6;
+/// Failed exchanges that suffice while the lane cannot make more: quinn holds its
+/// packets (its congestion window is full of ones the dead path lost), and braid's
+/// probes would wait behind them. A lane that fills its window on a live path hears
+/// the acknowledgements of that window all the time, lossy or not; the lanes given
+/// up falsely with four exchanges were ones that carry little, which now probe.
+const EXCHANGES_TO_STALL_WHEN_HELD: u64 = 4;
 /// Once the answer a lane waits for is overdue (its round trip and the peer's ACK
 /// delay have passed), it sends a probe, a datagram of braid's protocol that carries
 /// no packet (see [`super::wire::PROBE`]), this often while nothing is heard and
@@ -330,10 +336,10 @@ struct Lane {
     answer_wait_from: Instant,
     /// The samples since then that saw quinn transmit packets of the wait, at least
     /// the peer's ACK delay apart: each needed an acknowledgement of its own. And
-    /// when the last of them was, and the [`EXCHANGES_TO_STALL`]-th.
+    /// when the last of them was, and the first [`EXCHANGES_TO_STALL`] were.
     answer_chances: u64,
     last_chance_at: Instant,
-    decisive_chance_at: Option<Instant>,
+    chances_at: [Instant; EXCHANGES_TO_STALL as usize],
     /// When the lane sends its next probe while it waits (see [`PROBE_INTERVAL`]),
     /// and how many it sent in this wait.
     probe_at: Option<Instant>,
@@ -413,7 +419,6 @@ impl Lane {
         self.answer_wait_from = at;
         self.answer_chances = 0;
         self.last_chance_at = Instant::ZERO;
-        self.decisive_chance_at = None;
         self.probe_at = Some(at + srtt + PEER_ACK_DELAY);
         self.probes_in_wait = 0;
         let due = at + 2 * answer_timeout(srtt);
@@ -429,41 +434,56 @@ impl Lane {
 
     /// Counts a sample that saw quinn transmit packets of the wait as a chance for
     /// an answer, if it came the peer's ACK delay or more after the last one; returns
-    /// when the lane's silence is judged, when this chance was the decisive one.
+    /// when the lane's silence is judged, when this chance may decide it.
     fn count_chance(&mut self, srtt: Duration, now: Instant) -> Option<Instant> {
         if now.saturating_since(self.last_chance_at) < PEER_ACK_DELAY {
             return None;
         }
+        if let Some(at) = self.chances_at.get_mut(self.answer_chances as usize) {
+            *at = now;
+        }
         self.answer_chances += 1;
         self.last_chance_at = now;
-        if self.answer_chances != EXCHANGES_TO_STALL {
+        if ![EXCHANGES_TO_STALL_WHEN_HELD, EXCHANGES_TO_STALL].contains(&self.answer_chances) {
             return None;
         }
-        self.decisive_chance_at = Some(now);
-        let due = self.exchanges_failed_at(srtt)?;
+        let due = self.exchanges_failed_at(self.answer_chances, srtt)?;
         self.answer_due = Some(self.answer_due.map_or(due, |d| d.min(due)));
         Some(due)
     }
 
-    /// When the [`EXCHANGES_TO_STALL`] chances counted so far all count as failed.
-    fn exchanges_failed_at(&self, srtt: Duration) -> Option<Instant> {
-        let at = self.decisive_chance_at? + exchange_timeout(srtt);
+    /// When the first `n` chances counted all count as failed, if there were `n`.
+    fn exchanges_failed_at(&self, n: u64, srtt: Duration) -> Option<Instant> {
+        let nth = *self.chances_at.get(n.checked_sub(1)? as usize)?;
+        let at = (self.answer_chances >= n).then(|| nth + exchange_timeout(srtt))?;
         Some(at.max(self.answer_wait_from + MIN_ANSWER_TIMEOUT))
+    }
+
+    /// Packets handed to the lane wait inside braid or quinn: what it would send next
+    /// waits behind them.
+    fn holds_packets(&self) -> bool {
+        self.own_queue() > 0 || self.left_quinn < self.handed_datagrams
     }
 
     /// At the instant the lane's silence is due to be judged (`answer_due`): leaves
     /// it there when the evidence is in, so that the lane counts as silent, or moves
-    /// it to when there will be more. Either [`EXCHANGES_TO_STALL`] exchanges failed,
-    /// or, after two answer timeouts, any one did: quinn sends little while its
-    /// congestion window is full of packets a dead path lost (a probe after its probe
-    /// timeout, then after twice that), and braid's probes wait behind them too.
+    /// it to when there will be more. Either [`EXCHANGES_TO_STALL`] exchanges failed
+    /// ([`EXCHANGES_TO_STALL_WHEN_HELD`] while quinn holds its packets), or, after two
+    /// answer timeouts, any one did: quinn sends little while its congestion window
+    /// is full of packets a dead path lost (a probe after its probe timeout, then
+    /// after twice that), and braid's probes wait behind them too.
     fn review_wait(&mut self, srtt: Duration, now: Instant) {
         if self.answer_due.is_none_or(|due| due > now) {
             return;
         }
         let timeout = answer_timeout(srtt);
         let second = self.answer_wait_from + 2 * timeout;
-        let by_exchanges = self.exchanges_failed_at(srtt);
+        let needed = if self.holds_packets() {
+            EXCHANGES_TO_STALL_WHEN_HELD
+        } else {
+            EXCHANGES_TO_STALL
+        };
+        let by_exchanges = self.exchanges_failed_at(needed, srtt);
         let enough = if now >= second {
             self.unanswered() >= UNANSWERED_AFTER_TWO_TIMEOUTS
         } else {
@@ -490,7 +510,7 @@ impl Lane {
             return (None, None);
         }
         self.probe_at = Some(now + PROBE_INTERVAL);
-        if self.own_queue() > 0 || self.left_quinn < self.handed_datagrams {
+        if self.holds_packets() {
             // What is queued will leave and count, or it is stuck behind quinn's
             // congestion window, as a probe would be.
             return (None, self.probe_at);
@@ -825,7 +845,7 @@ impl DataPath {
             answer_wait_from: now,
             answer_chances: 0,
             last_chance_at: Instant::ZERO,
-            decisive_chance_at: None,
+            chances_at: [Instant::ZERO; EXCHANGES_TO_STALL as usize],
             probe_at: None,
             probes_in_wait: 0,
             handed_datagrams: 0,
@@ -2316,23 +2336,25 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_lane_whose_packets_go_unanswered_is_given_up_after_six_failed_exchanges() {
+    fn a_busy_lane_whose_packets_go_unanswered_is_given_up_after_four_failed_exchanges() {
         let mut e = engine(Role::Entry, Algorithm::RoundRobin);
         let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
         let b = lane_up(&mut e, "a", "lte", 1400, at(0));
         // b's path dies after 100 ms; its packet of 100 ms is the first unanswered,
-        // seen on the wire at the sample of 110 ms, its successors every 10 ms.
+        // seen on the wire at the sample of 110 ms, its successors every 10 ms. Its
+        // samples report its packets still queued (it holds more than it sent): it
+        // cannot probe, and four failed exchanges suffice.
         let failed_after = exchange_timeout(Duration::from_millis(20)).as_millis() as u64;
         assert_eq!(
             failed_after, 45,
             "a 20 ms round trip, the peer's ACK delay, slack"
         );
         let b_last = run_two_lanes(&mut e, (a, b), 10..=400, |t| t <= 100, |_| true);
-        let decisive = 100 + 10 * EXCHANGES_TO_STALL;
+        let decisive = 100 + 10 * EXCHANGES_TO_STALL_WHEN_HELD;
         assert_eq!(
             b_last,
             Some((decisive + failed_after) / 10 * 10),
-            "b is given up {failed_after} ms after the sixth unanswered transmission it \
+            "b is given up {failed_after} ms after the fourth unanswered transmission it \
              saw ({decisive} ms), long before the idle bound of {LANE_STALL:?}"
         );
         assert_eq!(e.lanes_up(), 1);
@@ -2343,19 +2365,19 @@ pub(crate) mod tests {
             Some((
                 b,
                 LaneService::Stalled {
-                    silent_for: Duration::from_millis(110),
-                    unanswered: 11,
+                    silent_for: Duration::from_millis(90),
+                    unanswered: 9,
                     pings: 0,
                     // None: its queue is never empty, and what leaves it counts.
                     probes: 0,
                     // Every packet b was handed (its samples report none dequeued).
-                    queued: 2920,
-                    resent: 13,
+                    queued: 2628,
+                    resent: 11,
                     srtt: Duration::from_millis(20),
                 }
             )),
-            "why, for the log: heard last at 100 ms, given up at the sample of 210 ms, \
-             its packets of 100 to 200 ms unanswered"
+            "why, for the log: heard last at 100 ms, given up at the sample of 190 ms, \
+             its packets of 100 to 180 ms unanswered"
         );
         assert_eq!(e.poll_lane_service(), None, "once");
         // Its peer is heard again, but packets handed to b before the outage are still
@@ -2375,7 +2397,7 @@ pub(crate) mod tests {
             Some((
                 b,
                 LaneService::Back {
-                    out_for: Duration::from_millis(210)
+                    out_for: Duration::from_millis(230)
                 }
             ))
         );
@@ -2696,7 +2718,7 @@ pub(crate) mod tests {
         assert_eq!(e.lane(b).map(|l| l.counters.stalls), Some(0));
         // Packets that do leave and get no answer still count.
         let b_last = run_two_lanes(&mut e, (a, b), 1010..=1200, |t| t <= 1050, |_| true);
-        let decisive = 1050 + 10 * EXCHANGES_TO_STALL;
+        let decisive = 1050 + 10 * EXCHANGES_TO_STALL_WHEN_HELD;
         let failed_after = exchange_timeout(Duration::from_millis(20)).as_millis() as u64;
         assert_eq!(
             b_last,
