@@ -51,7 +51,8 @@ use super::wire::{
 /// A lane that received nothing for this long is not scheduled: both ends send at
 /// least a keep-alive every 100 ms, so silence means the path is broken, long before
 /// QUIC's idle timeout closes the connection. Lanes that carry packets are given up
-/// much sooner, by [`answer_timeout`]; this is the bound for idle ones.
+/// much sooner, after [`EXCHANGES_TO_STALL`] failed exchanges; this is the bound for
+/// idle ones.
 pub const LANE_STALL: Duration = Duration::from_millis(400);
 /// The longest a lane's peer delays an acknowledgement: each lane asks its peer for
 /// this (QUIC's ACK frequency extension; 25 ms otherwise), so that a silent path
@@ -98,10 +99,11 @@ const MAX_PROBES_PER_WAIT: u32 = 16;
 /// long before that.
 const UNANSWERED_AFTER_TWO_TIMEOUTS: u64 = 1;
 
-/// How long a lane with this SRTT may leave a packet it sent unanswered before its
-/// path is taken for dead. Any datagram from the peer answers: its acknowledgement
-/// comes within a round trip and its ACK delay, or, when that was lost, after QUIC's
-/// probe a round trip later.
+/// The wait for an answer that a lane with this SRTT allows before the evidence of
+/// fewer exchanges suffices: after two of them, one unanswered transmission (see
+/// [`UNANSWERED_AFTER_TWO_TIMEOUTS`]). Any datagram from the peer answers: its
+/// acknowledgement comes within a round trip and its ACK delay, or, when that was
+/// lost, after QUIC's probe a round trip later.
 pub fn answer_timeout(srtt: Duration) -> Duration {
     (2 * srtt + PEER_ACK_DELAY + ANSWER_SLACK).max(MIN_ANSWER_TIMEOUT)
 }
@@ -327,7 +329,7 @@ struct Lane {
     sent_pings: u64,
     pings_when_heard: u64,
     /// Set when a packet is handed to the lane and the peer has not been heard from
-    /// since: by then it must have been, or the path is dead (see [`answer_timeout`]).
+    /// since: when the evidence of silence is judged next (see [`Lane::review_wait`]).
     answer_due: Option<Instant>,
     /// The number of that packet among those handed to the lane: until quinn has
     /// transmitted that many, it waits for the congestion window, not for an answer.
@@ -1783,9 +1785,9 @@ fn view_mut(sites: &mut [Site], site: SiteIdx, lane: LaneId) -> Option<&mut Lane
 }
 
 /// Hands a datagram to a lane's sender, after `sojourn` in the lane's queue, and keeps
-/// it for sending again (see [`RESEND_WINDOW`]): from then on the peer must answer
-/// within [`answer_timeout`]. Returns when that answer is due, if this packet starts
-/// the wait for one.
+/// it for sending again (see [`RESEND_WINDOW`]): from then on the lane waits for its
+/// peer's answer. Returns when the engine must look at the wait first (its first
+/// probe), if this packet starts it.
 fn hand_to_lane(
     lane: &mut Lane,
     datagram: &Bytes,
