@@ -165,11 +165,15 @@ impl Metrics {
             registry.register(Box::new(g.clone()))?;
             Ok(g)
         };
-        let counter = |name: &str, help: &str| -> anyhow::Result<IntCounterVec> {
-            let c = IntCounterVec::new(Opts::new(name, help), &LANE_LABELS)?;
+        // A lane's counters, by its labels and `by` (one more label) if any.
+        let counter_by = |name: &str, help: &str, by: Option<&str>| {
+            let mut labels = LANE_LABELS.to_vec();
+            labels.extend(by);
+            let c = IntCounterVec::new(Opts::new(name, help), &labels)?;
             registry.register(Box::new(c.clone()))?;
-            Ok(c)
+            anyhow::Ok(c)
         };
+        let counter = |name: &str, help: &str| counter_by(name, help, None);
         let lane_srtt = GaugeVec::new(
             Opts::new(
                 "lane_srtt_seconds",
@@ -224,28 +228,16 @@ impl Metrics {
                 "lane_resent_packets_total",
                 "Packets the lane's dead path may have lost, sent again over the other lanes when it was taken out of service",
             )?,
-            lane_probes: {
-                let c = IntCounterVec::new(
-                    Opts::new(
-                        "lane_probes_total",
-                        "Probes the lane sent while an answer from its peer was overdue, and probes it received",
-                    ),
-                    &["site", "uplink", "colour", "direction"],
-                )?;
-                registry.register(Box::new(c.clone()))?;
-                c
-            },
-            decisions: {
-                let c = IntCounterVec::new(
-                    Opts::new(
-                        "sched_decisions_total",
-                        "Scheduler decisions, by lane and kind",
-                    ),
-                    &["site", "uplink", "colour", "kind"],
-                )?;
-                registry.register(Box::new(c.clone()))?;
-                c
-            },
+            lane_probes: counter_by(
+                "lane_probes_total",
+                "Probes the lane sent while an answer from its peer was overdue, and probes it received",
+                Some("direction"),
+            )?,
+            decisions: counter_by(
+                "sched_decisions_total",
+                "Scheduler decisions, by lane and kind",
+                Some("kind"),
+            )?,
             reordered: {
                 let c = IntCounterVec::new(
                     Opts::new(

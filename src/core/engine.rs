@@ -48,8 +48,11 @@ use super::wire::{
     DATAGRAM_HEADER_LEN, DatagramHeader, PROBE, split_datagram, write_datagram_header,
 };
 
+/// How often each end of an idle lane sends a keep-alive (quinn's PING): it keeps
+/// SRTT fresh and reveals dead uplinks.
+pub const KEEP_ALIVE: Duration = Duration::from_millis(100);
 /// A lane that received nothing for this long is not scheduled: both ends send at
-/// least a keep-alive every 100 ms, so silence means the path is broken, long before
+/// least a keep-alive every [`KEEP_ALIVE`], so silence means the path is broken, long before
 /// QUIC's idle timeout closes the connection. Lanes that carry packets are given up
 /// much sooner, after [`EXCHANGES_TO_STALL`] failed exchanges; this is the bound for
 /// idle ones.
@@ -242,9 +245,10 @@ pub enum LaneService {
     Stalled {
         silent_for: Duration,
         unanswered: u64,
-        /// quinn's PING frames (its probes and keep-alives) and braid's probes sent
-        /// since the peer was last heard.
+        /// quinn's PING frames (its probes and keep-alives) sent since the peer was
+        /// last heard.
         pings: u64,
+        /// braid's probes sent in this wait for an answer.
         probes: u32,
         /// Bytes handed to the lane and not yet sent: they will be late, or lost.
         queued: u64,
@@ -415,17 +419,18 @@ impl Lane {
     }
 
     /// Starts waiting for an answer to the `answer_for`-th packet handed, from `at`;
-    /// returns when the lane's silence is judged first (see [`Lane::review_wait`]).
+    /// returns when the engine must look at the wait first: its first probe, which
+    /// comes before its silence is judged (see [`Lane::review_wait`]).
     fn await_answer(&mut self, answer_for: u64, at: Instant, srtt: Duration) -> Instant {
         self.answer_for = answer_for;
         self.answer_wait_from = at;
         self.answer_chances = 0;
         self.last_chance_at = Instant::ZERO;
-        self.probe_at = Some(at + srtt + PEER_ACK_DELAY);
+        self.answer_due = Some(at + 2 * answer_timeout(srtt));
+        let first_probe = at + srtt + PEER_ACK_DELAY;
+        self.probe_at = Some(first_probe);
         self.probes_in_wait = 0;
-        let due = at + 2 * answer_timeout(srtt);
-        self.answer_due = Some(due);
-        due.min(at + srtt + PEER_ACK_DELAY)
+        first_probe
     }
 
     /// Stops waiting: the peer was heard.
@@ -501,7 +506,8 @@ impl Lane {
     /// answer and has nothing else in braid's queue or quinn's; returns too when the
     /// next one is due.
     fn probe(&mut self, now: Instant) -> (Option<Bytes>, Option<Instant>) {
-        let Some(due) = self.probe_at.filter(|_| self.answer_due.is_some()) else {
+        // Set with `answer_due` when a wait starts, cleared with it when answered.
+        let Some(due) = self.probe_at else {
             return (None, None);
         };
         if due > now {
@@ -2691,7 +2697,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_probe_is_acknowledged_by_quinn_and_dropped_by_the_receiving_gateway() {
+    fn a_probe_is_counted_and_dropped_by_the_receiving_gateway() {
         let mut e = engine(Role::Exit, Algorithm::RoundRobin);
         let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
         e.handle_lane_datagram(lane, Bytes::from_static(&PROBE), at(1));

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use etherparse::PacketBuilder;
 
 use super::engine::tests::{at, config, send};
-use super::engine::{DataPath, LaneUp, PEER_ACK_DELAY, Role};
+use super::engine::{DataPath, KEEP_ALIVE, LaneUp, PEER_ACK_DELAY, Role};
 use super::lane::{Colour, LaneId, LaneSample};
 use super::pacing_table::{AppIdx, PacingTable};
 use super::reseq::ReseqCounters;
@@ -46,9 +46,6 @@ struct SimLane {
     sent_packets: u64,
     sent_bytes: u64,
 }
-
-/// How often each end sends a keep-alive on an idle lane (as `lane::KEEP_ALIVE`).
-const KEEP_ALIVE: Duration = Duration::from_millis(100);
 
 impl SimLane {
     /// What the entry's shell would read at `now`: it hears the exit's

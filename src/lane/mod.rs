@@ -18,14 +18,12 @@ use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
-use crate::core::engine::PEER_ACK_DELAY;
+use crate::core::engine::{KEEP_ALIVE, PEER_ACK_DELAY};
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
 use crate::core::wire::MAX_MESSAGE_LEN;
 use dscp::{DscpSocket, Marking};
 
-/// Keep-alives keep SRTT fresh on idle lanes and reveal dead uplinks.
-const KEEP_ALIVE: Duration = Duration::from_millis(100);
 /// A lane that hears nothing for this long is down.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// quinn's own datagram queue: small, so that queueing happens in braid where it is
