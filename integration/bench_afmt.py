@@ -12,20 +12,27 @@ invocation, so their figures are comparable. Variants:
   delay   uplinks 16, 32, 50 Mbit/s, one-way delays 10, 30, 60 ms
   1flow   uplinks 16, 32, 50 Mbit/s, one download alone, no background flow
   1flow-delay  the same with one-way delays 10, 30, 60 ms
+  1flow-60ms   the same with one-way delays 60, 60, 60 ms (equal, but long)
   mix     uplinks 16, 32, 50 Mbit/s; downloads wanting 20, 1 and 1 Mbit/s and one bulk
 
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
               [--algorithms afmt,round-robin,...] [--seconds 20] [--rounds 1] [--out bench-out]
+              [--warm SECONDS]
 
 An algorithm written ALGORITHM@BINARY runs that braid binary instead of --braid's,
 so that two builds are measured side by side (e.g. afmt@old/braid,afmt@new/braid).
 With --rounds N every algorithm runs N times, the algorithms taking turns, and the
-table shows the run with the median goodput and the goodput of every round.
+table shows the run with the median goodput and the goodput of every round. With
+--warm S every run begins with one download of S seconds and a 2 s pause before it is
+measured: lanes whose congestion windows earlier traffic has opened, as on a gateway
+that has been carrying traffic, instead of freshly connected ones.
 
 Per variant it prints a table and writes DIR/VARIANT.json and DIR/VARIANT.svg (goodput
 per second, like the paper's Figure 4). "Capacity left to the tunnel" is the sum of the
 uplinks' rates over the run minus the bytes the background flow carried; AFMT's target
-is at least 80 % of it.
+is at least 80 % of it. Below the table: the exit's drops by reason and its lanes' QUIC
+losses (the downloads' sending side) and the entry's resequencing outcomes; the JSON
+has the lanes' SRTT, window and losses per second.
 """
 import argparse
 import json
@@ -47,6 +54,9 @@ VARIANTS = {
     # One big download and nothing else: does one flow get every uplink?
     "1flow": {"rates": [16, 32, 50], "delays": [0, 0, 0], "flows": 1, "background": False},
     "1flow-delay": {"rates": [16, 32, 50], "delays": [10, 30, 60], "flows": 1, "background": False},
+    # Equal delays, but long: what the inner flow's slow start meets without striping's
+    # delay differences.
+    "1flow-60ms": {"rates": [16, 32, 50], "delays": [60, 60, 60], "flows": 1, "background": False},
     # Flows of unequal demand (Mbit/s; None: as much as it gets): does each get it?
     "mix": {"rates": [16, 32, 50], "delays": [0, 0, 0], "demands": [20, 1, 1, None], "background": False},
 }
@@ -70,13 +80,51 @@ def lane_bytes(name, uplink, text=None):
 
 
 def sample_uplinks(name, n, done, into):
-    """Once a second until `done`: per uplink, the exit's bytes sent, SRTT (ms) and
-    cwnd (bytes)."""
+    """Once a second until `done`: per uplink, the exit's bytes sent, SRTT (ms), cwnd
+    (bytes) and QUIC packets lost so far."""
     while not done.wait(1):
         text = metrics_text(name, "ex")
         lane = lambda family, i: metric(name, "ex", f'braid_{family}{{colour="blue",site="site1",uplink="up{i}"}}', text)
         into.append([{"tx_bytes": lane_bytes(name, i, text), "srtt_ms": 1000 * lane("lane_srtt_seconds", i),
-                      "cwnd": lane("lane_cwnd_bytes", i)} for i in range(1, n + 1)])
+                      "cwnd": lane("lane_cwnd_bytes", i), "lost": lane("lane_lost_packets_total", i)}
+                     for i in range(1, n + 1)])
+
+
+def counters(text, family):
+    """The samples of one counter family in a /metrics text: {labels: value}."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(family + "{"):
+            labels, value = line[len(family):].rsplit(" ", 1)
+            out[labels] = float(value)
+    return out
+
+
+# Where a download's packets were lost: the exit's drops by reason and its lanes' QUIC
+# losses (the uplinks' queues), and what the entry's resequencer did.
+FAMILIES = (("ex", "braid_packets_dropped_total"), ("ex", "braid_lane_lost_packets_total"),
+            ("en", "braid_reseq_packets_total"))
+
+
+def counter_deltas(name, before):
+    """What the counters of [`FAMILIES`] did since `before`, nonzero ones only."""
+    now = counter_snapshot(name)
+    out = {}
+    for role, family in FAMILIES:
+        for labels, value in now[role][family].items():
+            delta = value - before.get(role, {}).get(family, {}).get(labels, 0.0)
+            if delta:
+                out[f"{role} {family[6:]}{labels}"] = int(delta)
+    return out
+
+
+def counter_snapshot(name):
+    """The counters of [`FAMILIES`] now: {role: {family: {labels: value}}}."""
+    text = {"ex": metrics_text(name, "ex"), "en": metrics_text(name, "en")}
+    snapshot = {"ex": {}, "en": {}}
+    for role, family in FAMILIES:
+        snapshot[role][family] = counters(text[role], family)
+    return snapshot
 
 
 def plain_route(name, i):
@@ -88,7 +136,7 @@ def plain_route(name, i):
     sh(*inns(name, "ex", "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{100 + sub}.1"))
 
 
-def run_one(variant, label, seconds, braid, linkemu):
+def run_one(variant, label, seconds, braid, linkemu, warm=0):
     """One run of `label` (an algorithm, or ALGORITHM@BINARY) on `variant`."""
     algorithm, _, binary = label.partition("@")
     braid = os.path.abspath(binary) if binary else braid
@@ -116,11 +164,19 @@ def run_one(variant, label, seconds, braid, linkemu):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         ]
         time.sleep(0.5)
+        if warm:
+            # Lanes whose windows earlier traffic has opened, as on a gateway that has
+            # carried traffic before: one download of `warm` seconds, then a pause.
+            sh(*inns(name, "sv", "sh", "-c", "iperf3 -s -1 -p 5202 >/dev/null 2>&1 &"))
+            time.sleep(0.3)
+            sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5202", "-R", "-t", str(warm), "-C", "cubic"))
+            time.sleep(2)
         before = {}
         if algorithm != "no-tunnel":
             before["reordered"] = metric(name, "en", 'braid_reordered_packets_total{site="site1"}')
             before["rx"] = metric(name, "en", "braid_lane_rx_packets_total")
             before["lanes"] = [lane_bytes(name, i) for i in range(1, len(rates) + 1)]
+            before["counters"] = counter_snapshot(name)
         results = {}
 
         def background():
@@ -163,6 +219,7 @@ def run_one(variant, label, seconds, braid, linkemu):
             row["reordered_pct"] = 100.0 * reordered / rx if rx else 0.0
             carried = [lane_bytes(name, i) - b for i, b in enumerate(before["lanes"], 1)]
             row["uplink_share_pct"] = [100.0 * c / sum(carried) if sum(carried) else 0.0 for c in carried]
+            row["counters"] = counter_deltas(name, before["counters"])
         for s in servers:
             s.kill()
         return row
@@ -246,6 +303,10 @@ def report(variant, rows, seconds):
         if "flows" in r:
             demanded = ", ".join(f"{f['mbps']:.1f} of {f['demand_mbps'] or 'all'}" for f in r["flows"])
             print(f"{r['algorithm']:22} per flow (Mbit/s got of wanted): {demanded}")
+    for r in rows:
+        if r.get("counters"):
+            print(f"{r['algorithm']:22} drops and resequencing: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(r["counters"].items())))
     by = {r["algorithm"]: r["bytes"] for r in rows}
     if "afmt" in by:
         if "round-robin" in by and by["round-robin"]:
@@ -264,6 +325,8 @@ def main():
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--out", default="bench-out")
+    p.add_argument("--warm", type=int, default=0,
+                   help="seconds of one download before each measured run (lanes' windows open)")
     a = p.parse_args()
     braid = os.path.abspath(a.braid)
     linkemu = os.path.abspath(a.linkemu or os.path.join(os.path.dirname(braid), "braid-linkemu"))
@@ -274,7 +337,7 @@ def main():
         for round_ in range(1, a.rounds + 1):
             for label in labels:
                 print(f"running {variant} / {label} (round {round_} of {a.rounds}) ...", file=sys.stderr, flush=True)
-                runs[label].append(run_one(variant, label, a.seconds, braid, linkemu))
+                runs[label].append(run_one(variant, label, a.seconds, braid, linkemu, a.warm))
         rows = []
         for label in labels:
             ordered = sorted(runs[label], key=lambda r: r["bytes"])
