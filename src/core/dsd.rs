@@ -259,10 +259,23 @@ impl<P> Dsd<P> {
     }
 
     /// The packet the uplink should send `now`, when it is free, with its colour;
-    /// stale green packets are dropped on the way (and handed to `dropped`).
-    pub fn dequeue(&mut self, now: Instant, mut dropped: impl FnMut(P)) -> Option<(P, Colour)> {
+    /// stale green packets are dropped on the way (and handed to `dropped`): those
+    /// past their deadline on DSD's clock, and those that `late` says would leave
+    /// after `green_delay` in real time (a caller that sends when its timer fires
+    /// sends them later than `now`). Either way they count as dropped, not served,
+    /// for the control law.
+    pub fn dequeue(
+        &mut self,
+        now: Instant,
+        late: impl Fn(&P) -> bool,
+        mut dropped: impl FnMut(P),
+    ) -> Option<(P, Colour)> {
         let now = self.link_time(now);
-        while self.green.front().is_some_and(|g| g.deadline < now) {
+        while self
+            .green
+            .front()
+            .is_some_and(|g| g.deadline < now || late(&g.packet))
+        {
             if let Some(stale) = self.green.pop_front() {
                 self.green_bytes -= stale.len;
                 self.count_drop(Colour::Green, DsdDrop::Stale);
@@ -431,7 +444,7 @@ mod tests {
         (0..10)
             .map_while(|ms| {
                 let now = Instant::from_nanos(ms * 1_000_000);
-                dsd.dequeue(now, |p| panic!("{p} went stale"))
+                dsd.dequeue(now, |_| false, |p| panic!("{p} went stale"))
                     .map(|(p, _)| p)
             })
             .collect()
@@ -459,11 +472,36 @@ mod tests {
         let mut stale = Vec::new();
         // The uplink was busy for 2.5 ms: G can no longer leave within 3 ms.
         assert_eq!(
-            dsd.dequeue(Instant::from_nanos(2_500_000), |p| stale.push(p)),
+            dsd.dequeue(Instant::from_nanos(2_500_000), |_| false, |p| stale.push(p)),
             None
         );
         assert_eq!(stale, ["G"]);
         assert_eq!(dsd.counters().green_stale_drops, 1);
+    }
+
+    #[test]
+    fn a_green_packet_its_caller_would_send_too_late_is_dropped_not_served() {
+        let mut dsd = in_packet_times(100_000);
+        for (name, colour) in [
+            ("G1", Colour::Green),
+            ("B", Colour::Blue),
+            ("G2", Colour::Green),
+        ] {
+            dsd.enqueue(name, 1000, colour, Instant::ZERO)
+                .expect("accepted");
+        }
+        // In time on DSD's clock, but the caller's wake-up would send G1 too late.
+        let mut stale = Vec::new();
+        assert_eq!(
+            dsd.dequeue(Instant::ZERO, |p| *p == "G1", |p| stale.push(p)),
+            Some(("G2", Colour::Green))
+        );
+        assert_eq!(stale, ["G1"]);
+        assert_eq!(dsd.counters().green_stale_drops, 1);
+        assert_eq!(dsd.counters().sent, [1, 0], "green, blue");
+        // The control law hears of a drop and one packet served, not two served.
+        let green = dsd.interval[Colour::Green as usize];
+        assert_eq!((green.sent, green.dropped), (1, 1));
     }
 
     #[test]
@@ -479,7 +517,7 @@ mod tests {
         dsd.uplink_lost(Duration::from_micros(2_500));
         let mut stale = Vec::new();
         assert_eq!(
-            dsd.dequeue(ms(125), |p| stale.push(p)),
+            dsd.dequeue(ms(125), |_| false, |p| stale.push(p)),
             Some(("B", Colour::Blue))
         );
         assert_eq!(stale, ["G"]);
@@ -518,7 +556,7 @@ mod tests {
                 refused += 1;
             }
             while link_free_at <= now {
-                let Some((arrived, colour)) = dsd.dequeue(link_free_at, drop) else {
+                let Some((arrived, colour)) = dsd.dequeue(link_free_at, |_| false, drop) else {
                     break;
                 };
                 let len = if colour == Colour::Green { 100 } else { 1500 };
@@ -566,7 +604,7 @@ mod tests {
             for colour in [first, first.other()] {
                 let _ = dsd.enqueue((), 1000, colour, ms(t));
             }
-            let _ = dsd.dequeue(ms(t), drop);
+            let _ = dsd.dequeue(ms(t), |_| false, drop);
             if t % 100 == 99 {
                 dsd.poll_control(ms(t + 1));
                 g.push(dsd.green_bias());
@@ -636,7 +674,7 @@ mod tests {
                               sent_bytes: &mut [u64; 2]| {
                 while *link_free_at <= until {
                     let at = *link_free_at;
-                    match dsd.dequeue(at, |i| dropped[i] = true) {
+                    match dsd.dequeue(at, |_| false, |i| dropped[i] = true) {
                         Some((i, colour)) => {
                             left[i] = Some(at);
                             sent_bytes[colour as usize] += run[i].len;

@@ -237,22 +237,17 @@ impl Shaper {
             self.dsd.uplink_lost(lost);
         }
         self.next_send = self.next_send.max(resume_at);
+        let green_delay = self.green_delay;
+        // DSD's green queue holds only packets of green lanes, and only under `dsd`.
+        let late = move |shaped: &Shaped| now.saturating_since(shaped.queued_at) > green_delay;
         while self.next_send <= now {
             // Decided as of the moment the uplink starts sending it, which a late
-            // wake-up has passed already.
-            let Some((shaped, _)) = self.dsd.dequeue(self.next_send, |_| *stale += 1) else {
+            // wake-up has passed already; but a green packet leaves now, and one that
+            // would leave after `green_delay` in real time is stale.
+            let Some((shaped, _)) = self.dsd.dequeue(self.next_send, late, |_| *stale += 1) else {
                 break;
             };
             let waited = now.saturating_since(shaped.queued_at);
-            if self.scheduler == AbeScheduler::Dsd
-                && shaped.lane_colour == Colour::Green
-                && waited > self.green_delay
-            {
-                // In time for DSD, on the uplink's time, but a wake-up later than the
-                // timer's millisecond made it stale in real time.
-                *stale += 1;
-                continue;
-            }
             let wire_len = shaped.datagram.len() as u64 + OUTER_OVERHEAD;
             self.next_send = self.next_send + self.dsd.transmission_time(wire_len);
             out.push(Released {
