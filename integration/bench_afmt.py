@@ -107,7 +107,7 @@ FAMILIES = (("ex", "braid_packets_dropped_total"), ("ex", "braid_lane_lost_packe
 
 
 def counter_deltas(name, before):
-    """What the counters of [`FAMILIES`] did since `before`, nonzero ones only."""
+    """What the counters of FAMILIES did since `before`, nonzero ones only."""
     now = counter_snapshot(name)
     out = {}
     for role, family in FAMILIES:
@@ -119,7 +119,7 @@ def counter_deltas(name, before):
 
 
 def counter_snapshot(name):
-    """The counters of [`FAMILIES`] now: {role: {family: {labels: value}}}."""
+    """The counters of FAMILIES now: {role: {family: {labels: value}}}."""
     text = {"ex": metrics_text(name, "ex"), "en": metrics_text(name, "en")}
     snapshot = {"ex": {}, "en": {}}
     for role, family in FAMILIES:
