@@ -1,13 +1,21 @@
 //! The congestion window of a lane: NewReno's slow start and congestion avoidance,
-//! plus a delay cap: a standing queue of more than [`QUEUE_TARGET`] above the lane's
+//! plus a delay cap: a standing queue of more than [`queue_target`] above the lane's
 //! lowest RTT counts as congestion (at most once per round trip).
 //!
 //! Why: AFMT may move a flow to a lane with a lower SRTT only after a pause longer
 //! than the SRTT difference, which a bulk flow never makes. Loss-based controllers
 //! (Cubic, NewReno) fill the uplink's buffer, so the first loaded lane's SRTT soars
 //! and traps its flows there. Capping each lane's queue keeps the SRTTs of all lanes
-//! within [`QUEUE_TARGET`] of their path delays, and flows free to move. Pure: the
+//! within [`queue_target`] of their path delays, and flows free to move. Pure: the
 //! shell adapts it to quinn's `Controller` trait (`lane/cc.rs`).
+//!
+//! The target is an eighth of the path's RTT, between 5 and 15 ms: what Linux's
+//! HyStart takes for a full path (an RTT an eighth above its lowest, at least 4 ms).
+//! The inner flow's RTT is at least the lane's, so a lane queue within it lets the
+//! inner TCP's slow start run to the capacity of every lane. A fixed 15 ms let one
+//! download over 0 ms paths leave slow start at a quarter of the lanes' sum, and then
+//! grow at CUBIC's pace through a 20 ms RTT that braid's queues made (README, "One
+//! flow, every uplink").
 //!
 //! A delay-based controller yields to loss-based cross traffic, which keeps the queue
 //! full whatever the lane does: in the testbed a lane next to one CUBIC flow fell to
@@ -20,8 +28,15 @@ use std::time::Duration;
 
 use super::time::Instant;
 
-/// Queueing delay a lane may keep standing in the network.
-pub const QUEUE_TARGET: Duration = Duration::from_millis(15);
+/// Least and most queueing delay a lane may keep standing in the network.
+const MIN_QUEUE_TARGET: Duration = Duration::from_millis(5);
+const MAX_QUEUE_TARGET: Duration = Duration::from_millis(15);
+
+/// Queueing delay a lane over a path of `min_rtt` may keep standing in the network:
+/// an eighth of the RTT, between 5 and 15 ms.
+pub fn queue_target(min_rtt: Duration) -> Duration {
+    (min_rtt / 8).clamp(MIN_QUEUE_TARGET, MAX_QUEUE_TARGET)
+}
 /// Window reduction on loss (Cubic's β).
 const LOSS_BACKOFF: (u64, u64) = (7, 10);
 
@@ -82,22 +97,23 @@ impl LaneWindow {
         min_rtt: Duration,
     ) {
         let queue = srtt.saturating_sub(min_rtt);
+        let target = queue_target(min_rtt);
         // The queue was short if this acknowledgement's own round trip says so: the
         // smoothed RTT lags, and hovers above half the target while the cap holds the
         // queue near it, which would pass for someone else's standing queue.
         let sample = now.saturating_since(sent);
-        if sample.saturating_sub(min_rtt) < QUEUE_TARGET / 2 {
+        if sample.saturating_sub(min_rtt) < target / 2 {
             self.calm_at = now;
         }
         if app_limited || sent <= self.recovery_start {
             return;
         }
         let competing = now.saturating_since(self.calm_at) > compete_after(min_rtt);
-        if queue > QUEUE_TARGET && !competing {
+        if queue > target && !competing {
             // Scale the window to what leaves half the target queued: srtt is
             // min_rtt + queue, so one step drains the excess even after slow start
             // overshot by a large factor.
-            let keep = (min_rtt + QUEUE_TARGET / 2).as_nanos();
+            let keep = (min_rtt + target / 2).as_nanos();
             let num = u64::try_from(keep).unwrap_or(u64::MAX);
             let den = u64::try_from(srtt.as_nanos()).unwrap_or(u64::MAX).max(1);
             self.reduce(now, (num.min(den), den));
@@ -182,18 +198,18 @@ mod tests {
     #[test]
     fn a_standing_queue_reduces_the_window_once_per_round_trip() {
         let mut w = LaneWindow::new(80_000, 1200, at(0));
-        // A 20 ms queue over a 10 ms path: keep 10 + 7.5 ms of the 30 ms.
+        // A 20 ms queue over a 10 ms path (target 5 ms): keep 10 + 2.5 ms of the 30.
         w.on_ack(at(100), at(50), 1200, false, ms(30), ms(10));
-        assert_eq!(w.window(), 46_666);
-        assert_eq!(w.ssthresh(), 46_666);
+        assert_eq!(w.window(), 33_333);
+        assert_eq!(w.ssthresh(), 33_333);
         // Acks of packets sent before the reduction do not reduce it again.
         w.on_ack(at(101), at(99), 1200, false, ms(30), ms(10));
-        assert_eq!(w.window(), 46_666);
-        w.on_ack(at(140), at(120), 1200, false, ms(35), ms(10));
-        assert_eq!(w.window(), 23_333);
+        assert_eq!(w.window(), 33_333);
+        w.on_ack(at(140), at(120), 1200, false, ms(25), ms(10));
+        assert_eq!(w.window(), 16_666);
         // Back under the target: congestion avoidance, one MTU per window acked.
-        w.on_ack(at(200), at(150), 23_333, false, ms(20), ms(10));
-        assert_eq!(w.window(), 24_533);
+        w.on_ack(at(200), at(150), 16_666, false, ms(14), ms(10));
+        assert_eq!(w.window(), 17_866);
     }
 
     #[test]
@@ -203,8 +219,8 @@ mod tests {
         w.on_ack(at(100), at(50), 1200, false, ms(40), ms(10));
         assert_eq!(
             w.window(),
-            35_000,
-            "a fresh standing queue: back off to 17.5 of 40 ms"
+            25_000,
+            "a fresh standing queue: back off to 12.5 of 40 ms"
         );
         // Still long 600 ms after the queue was last short: someone else's queue.
         let before = w.window();
@@ -223,16 +239,31 @@ mod tests {
 
     #[test]
     fn a_queue_the_cap_holds_near_its_target_is_not_taken_for_cross_traffic() {
-        // The smoothed RTT stays 10 ms above the path's 10 ms while the cap works,
-        // but acknowledgements come back after 12 ms now and then: the queue is the
-        // lane's own, and a second later the cap still applies.
+        // The smoothed RTT stays 3 ms above the path's 10 ms while the cap works,
+        // above half the 5 ms target, but acknowledgements come back after 12 ms now
+        // and then: the queue is the lane's own, and a second later the cap still
+        // applies.
         let mut w = LaneWindow::new(80_000, 1200, at(0));
         for t in (0..1_000).step_by(20) {
-            w.on_ack(at(t + 12), at(t), 1200, false, ms(20), ms(10));
+            w.on_ack(at(t + 12), at(t), 1200, false, ms(13), ms(10));
         }
         let before = w.window();
         w.on_ack(at(1_100), at(1_050), 1200, false, ms(40), ms(10));
         assert!(w.window() < before, "{} >= {before}", w.window());
+    }
+
+    #[test]
+    fn the_queue_target_is_an_eighth_of_the_path_between_5_and_15_ms() {
+        assert_eq!(queue_target(Duration::from_micros(400)), ms(5));
+        assert_eq!(queue_target(ms(60)), Duration::from_micros(7_500));
+        assert_eq!(queue_target(ms(240)), ms(15));
+        // A 6 ms queue is too long over a short path, not over a 120 ms one.
+        let mut short = LaneWindow::new(80_000, 1200, at(0));
+        short.on_ack(at(10), at(3), 1200, false, ms(7), ms(1));
+        assert!(short.window() < 80_000);
+        let mut long = LaneWindow::new(80_000, 1200, at(0));
+        long.on_ack(at(200), at(70), 1200, false, ms(126), ms(120));
+        assert!(long.window() > 80_000);
     }
 
     #[test]
