@@ -24,12 +24,15 @@ pub const TARGET: Duration = Duration::from_millis(5);
 /// How long the delay may stay above the target before packets are dropped: a worst
 /// case round trip of the inner flows, CoDel's default.
 pub const INTERVAL: Duration = Duration::from_millis(100);
-/// The interval of a lane's queue: half CoDel's default. Measured with five downloads
-/// on a 10 Mbit/s uplink of unknown rate (README, "Queues that hold time"): at 100 ms
-/// the queue stood at 15–20 ms and a probe beside the downloads waited 36–39 ms at
-/// p99, at 50 ms 25 ms, for the same goodput. The round trips of flows through an
-/// uplink 10 ms away are 20–40 ms, well inside 50.
-pub const LANE_INTERVAL: Duration = Duration::from_millis(50);
+/// The interval of a lane's queue over a path of `min_rtt`: the path's round trip,
+/// the least the inner flows through it see, between half CoDel's default and its
+/// default. Measured with five downloads on a 10 Mbit/s uplink 10 ms away (README,
+/// "Queues that hold time"): at 100 ms the queue stood at 15–20 ms and a probe
+/// beside the downloads waited 36–39 ms at p99, at 50 ms 25 ms, for the same
+/// goodput. Flows over a longer path need the longer interval to keep their windows.
+pub fn lane_interval(min_rtt: Duration) -> Duration {
+    min_rtt.clamp(INTERVAL / 2, INTERVAL)
+}
 
 /// The longest a packet may expect to wait in a lane's queue inside braid: beyond it
 /// packets are dropped at once, whatever CoDel's state. CoDel needs an interval to
@@ -71,6 +74,11 @@ impl Default for CoDel {
 }
 
 impl CoDel {
+    /// Changes the interval from the next time the queue stands.
+    pub fn set_interval(&mut self, interval: Duration) {
+        self.interval = interval;
+    }
+
     pub fn new(interval: Duration) -> CoDel {
         CoDel {
             interval,

@@ -866,7 +866,7 @@ impl DataPath {
             handed_bytes: 0,
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
-            codel: CoDel::new(aqm::LANE_INTERVAL),
+            codel: CoDel::new(aqm::lane_interval(Duration::ZERO)),
             shaper: None,
             min_srtt: WindowedMin::default(),
             closed: false,
@@ -1024,6 +1024,7 @@ impl DataPath {
             v.up = up;
             v.srtt = sample.srtt;
             v.min_srtt = l.min_srtt.observe(sample.srtt, now);
+            l.codel.set_interval(aqm::lane_interval(v.min_srtt));
             // A shaped lane carries no more than its uplink's rate, whatever QUIC's
             // window would allow: what it takes in a round trip at that rate.
             v.cwnd = match l.shaper {
