@@ -213,6 +213,18 @@ mod tests {
     }
 
     #[test]
+    fn a_lanes_interval_is_its_path_round_trip_between_50_and_100_ms() {
+        let ms = Duration::from_millis;
+        assert_eq!(lane_interval(Duration::ZERO), ms(50));
+        assert_eq!(lane_interval(ms(75)), ms(75));
+        assert_eq!(lane_interval(ms(240)), ms(100));
+        // A lane 10 ms away drops from a standing queue after 50 ms, not 100.
+        let mut codel = CoDel::new(lane_interval(ms(20)));
+        let drops = run(&mut codel, 0, 300, |_| ms(20));
+        assert_eq!(drops[0], 50);
+    }
+
+    #[test]
     fn dropping_stops_as_soon_as_the_queue_is_below_the_target() {
         let mut codel = CoDel::default();
         let stands = |t: u64| Duration::from_millis(if t < 400 { 20 } else { 2 });
