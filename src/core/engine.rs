@@ -32,7 +32,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
-use super::aqm::{self, AqmDrop, CoDel};
+use super::aqm::{AqmDrop, CoDel};
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -125,8 +125,8 @@ pub const RESEND_WINDOW: Duration = Duration::from_millis(LANE_STALL.as_millis()
 /// The most a lane keeps for sending again: its queue bound and quinn's buffer.
 pub const RESEND_MAX_BYTES: usize = 512 * 1024;
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
-/// bound on memory; the queue is kept short in time by CoDel and
-/// [`super::aqm::MAX_SOJOURN`].
+/// bound on memory; the queue is kept short in time by CoDel and its bound
+/// ([`super::aqm::lane_max_sojourn`]).
 pub const LANE_QUEUE_LIMIT: u64 = 256 * 1024;
 /// Lanes are sampled at most this often while packets flow: quinn's accessors take
 /// its connection lock, so once per batch, not per packet.
@@ -866,7 +866,7 @@ impl DataPath {
             handed_bytes: 0,
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
-            codel: CoDel::new(aqm::lane_interval(Duration::ZERO)),
+            codel: CoDel::for_lane(Duration::ZERO),
             shaper: None,
             min_srtt: WindowedMin::default(),
             closed: false,
@@ -1024,7 +1024,7 @@ impl DataPath {
             v.up = up;
             v.srtt = sample.srtt;
             v.min_srtt = l.min_srtt.observe(sample.srtt, now);
-            l.codel.set_interval(aqm::lane_interval(v.min_srtt));
+            l.codel.fit_lane(v.min_srtt);
             // A shaped lane carries no more than its uplink's rate, whatever QUIC's
             // window would allow: what it takes in a round trip at that rate.
             v.cwnd = match l.shaper {
@@ -2872,13 +2872,14 @@ pub(crate) mod tests {
 
     #[test]
     fn a_burst_that_drains_within_codels_interval_loses_nothing() {
-        // A packet every millisecond, and every 200 ms a burst of 40 ms of queue,
-        // which the lane drains at its 5 MB/s: above the target for 35 ms at a time.
+        // A packet every millisecond, and every 200 ms a burst of 25 ms of queue
+        // (within the 30 ms bound of a lane 10 ms away), which the lane drains at
+        // its 5 MB/s: above the target for 20 ms at a time, within the 50 ms interval.
         let d = RUN_LANE_DATAGRAM;
-        let (e, drops_at, sent) = run_lane(2_000, |t| if t % 200 == 1 { 200_000 / d } else { 1 });
+        let (e, drops_at, sent) = run_lane(2_000, |t| if t % 200 == 1 { 125_000 / d } else { 1 });
         assert_eq!(drops_at, Vec::<u64>::new());
         assert_eq!(e.dropped(DropReason::QueueFull), 0);
-        assert!(sent > 9 * 200_000, "{sent}");
+        assert!(sent > 9 * 125_000, "{sent}");
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub enum DropReason {
     /// Larger than the lane can carry (an ICMP error went back where allowed).
     TooBig,
     /// The lane's queue inside braid is full: it holds its byte limit, or the
-    /// packet would wait longer than `aqm::MAX_SOJOURN` at the lane's rate.
+    /// packet would wait longer than its bound (`aqm::lane_max_sojourn`, or
+    /// `aqm::MAX_SOJOURN` in an uplink's shaper) at the lane's rate.
     QueueFull,
     /// The lane's queue inside braid has stood above CoDel's target delay for an
     /// interval: dropped so that the inner transport slows down (`core/aqm.rs`).
