@@ -13,7 +13,7 @@
 //! HyStart takes for a full path (an RTT an eighth above its lowest, at least 4 ms).
 //! The inner flow's RTT is at least the lane's, so a lane queue within it lets the
 //! inner TCP's slow start run to the capacity of every lane. A fixed 15 ms let one
-//! download over 0 ms paths leave slow start at a quarter of the lanes' sum, and then
+//! download over 0 ms paths leave slow start at about half the lanes' sum, and then
 //! grow at CUBIC's pace through a 20 ms RTT that braid's queues made (README, "One
 //! flow, every uplink").
 //!
