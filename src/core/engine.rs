@@ -94,8 +94,8 @@ pub const PROBE_INTERVAL: Duration = PEER_ACK_DELAY;
 /// dead path with, and to ride out a lossy one; a lane still waiting after that is
 /// given up by the rules for stuck queues or at the idle bound.
 const MAX_PROBES_PER_WAIT: u32 = 16;
-/// After two answer timeouts of silence (one while quinn holds the lane's packets,
-/// see [`Lane::review_wait`]) one unanswered packet is enough. quinn sends little
+/// After two answer timeouts of silence (one while the flows' packets wait in the
+/// lane, see [`Lane::review_wait`]) one unanswered packet is enough. quinn sends little
 /// while its congestion window is full of packets the dead path lost: a probe after
 /// its probe timeout, then after twice that, and so on, so three packets take four
 /// to eight round trips to leave; on a live path, lossy or not, the peer's
@@ -481,7 +481,7 @@ impl Lane {
     /// it there when the evidence is in, so that the lane counts as silent, or moves
     /// it to when there will be more. Either [`EXCHANGES_TO_STALL`] exchanges failed
     /// ([`EXCHANGES_TO_STALL_WHEN_HELD`] while quinn holds its packets), or, after two
-    /// answer timeouts (one while quinn holds its packets), any one did: quinn sends
+    /// answer timeouts (one while the flows' packets wait in it), any one did: quinn sends
     /// little while its congestion window is full of packets a dead path lost (a
     /// probe after its probe timeout, then after twice that), and braid's probes wait
     /// behind them too.
