@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use braid::core::engine::{
-    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, LaneUp, Role, SiteIdx, SiteSpec,
+    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, LaneUp, Role, Shard, SiteIdx, SiteSpec,
 };
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::sched::Algorithm;
@@ -43,6 +43,7 @@ fn engine(role: Role) -> DataPath {
         lane_queue_limit: LANE_QUEUE_LIMIT,
         green_inner_dscp: vec![46],
         abe: AbeSettings::default(),
+        shard: Shard::ONLY,
     })
 }
 

@@ -14,6 +14,13 @@ goodput. With --baseline, the ratios of this build to the baseline come last
 Usage (root): integration/bench_throughput.py --braid target/release/braid
               [--baseline OLD/braid] [--uplinks 2,3] [--flows 1,4]
               [--directions up,down] [--seconds 10] [--rounds 1] [--callgrind 20000]
+              [--sites 2] [--exit-threads N] [--baseline-exit-threads N]
+
+--sites 2 runs the same flows from the second site (its own entry, one uplink) at
+the same time: goodput is both sites' sum, CPU all three gateways'. --exit-threads
+and --baseline-exit-threads set the exit's `listen.threads` for each build (left
+out unless given, so that builds before the key run): the same binary as both
+builds with 1 and 2 measures what spreading the sites over threads does.
 
 --callgrind N first counts the instructions the pure core spends per packet (entry
 and exit together, `examples/per_packet.rs` under valgrind's callgrind, N packets
@@ -47,30 +54,40 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def gateway_pids():
+def gateway_pids(sites):
+    gateways = ["site1", "exit"] + (["site2"] if sites == 2 else [])
     pids = []
-    for gateway in ("site1", "exit"):
+    for gateway in gateways:
         with open(os.path.join(STATE, NAME, f"{gateway}.pid")) as f:
             pids.append(int(f.read().strip()))
     return pids
 
 
-def run_flows(flows, direction, seconds):
-    """One iperf3 run: (goodput Mbit/s, gateways' CPU seconds per GB)."""
-    server = subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def run_flows(flows, direction, seconds, sites):
+    """One iperf3 run from each site at once: (goodput Mbit/s summed over the sites,
+    gateways' CPU seconds per GB)."""
+    clients = [("cl", 5201), ("c2", 5202)][:sites]
+    servers = [subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1", "-p", str(port)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for _, port in clients]
     time.sleep(0.5)
-    pids = gateway_pids()
+    pids = gateway_pids(sites)
     cpu_before = sum(cpu_seconds(p) for p in pids)
-    args = ["iperf3", "-c", SERVER, "-C", "cubic", "-P", str(flows), "-t", str(seconds), "-J"]
-    if direction == "down":
-        args.append("-R")
-    report = json.loads(sh(*inns(NAME, "cl", *args)))
+    runs = []
+    for client, port in clients:
+        args = ["iperf3", "-c", SERVER, "-p", str(port), "-C", "cubic", "-P", str(flows),
+                "-t", str(seconds), "-J"]
+        if direction == "down":
+            args.append("-R")
+        runs.append(subprocess.Popen(inns(NAME, client, *args), stdout=subprocess.PIPE, text=True))
+    reports = [json.loads(run.communicate()[0]) for run in runs]
     cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
-    server.wait(timeout=10)
-    received = report["end"]["sum_received"]
-    gigabytes = received["bytes"] / 1e9
-    return received["bits_per_second"] / 1e6, cpu / gigabytes if gigabytes else float("nan")
+    for server in servers:
+        server.wait(timeout=10)
+    received = [r["end"]["sum_received"] for r in reports]
+    gigabytes = sum(r["bytes"] for r in received) / 1e9
+    mbps = sum(r["bits_per_second"] for r in received) / 1e6
+    return mbps, cpu / gigabytes if gigabytes else float("nan")
 
 
 def instructions(example, packets):
@@ -91,15 +108,18 @@ def main():
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--callgrind", type=int, metavar="N")
+    p.add_argument("--sites", type=int, choices=(1, 2), default=1)
+    p.add_argument("--exit-threads", type=int)
+    p.add_argument("--baseline-exit-threads", type=int)
     args = p.parse_args()
     if args.callgrind:
         example = os.path.join(os.path.dirname(os.path.abspath(args.braid)), "examples", "per_packet")
         per_packet = (instructions(example, args.callgrind) - instructions(example, 0)) / args.callgrind
         print(f"pure core, entry and exit together: {per_packet:.0f} instructions per packet "
               f"({args.callgrind} packets, {example})\n")
-    builds = {"this": os.path.abspath(args.braid)}
+    builds = {"this": (os.path.abspath(args.braid), args.exit_threads)}
     if args.baseline:
-        builds["baseline"] = os.path.abspath(args.baseline)
+        builds["baseline"] = (os.path.abspath(args.baseline), args.baseline_exit_threads)
     flows = [int(f) for f in args.flows.split(",")]
     directions = args.directions.split(",")
     # (uplinks, flows, direction, build) -> [(Mbit/s, CPU s/GB) per round]
@@ -107,15 +127,18 @@ def main():
     print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'build':>8} {'round':>5} {'Mbit/s':>8} {'CPU s/GB':>9}")
     for uplinks in [int(u) for u in args.uplinks.split(",")]:
         for rnd in range(1, args.rounds + 1):
-            for build, braid in builds.items():
-                env = dict(os.environ, RATES=" ".join(["0"] * uplinks), BRAID=braid)
+            for build, (braid, exit_threads) in builds.items():
+                env = dict(os.environ, RATES=" ".join(["0"] * uplinks), BRAID=braid,
+                           SITES=str(args.sites))
+                if exit_threads:
+                    env["EXIT_THREADS"] = str(exit_threads)
                 sh("bash", TESTBED, "down", NAME, env=env, check=False)
                 sh("bash", TESTBED, "up", NAME, env=env)
                 try:
                     sh("bash", TESTBED, "start", NAME, env=env)
                     for n in flows:
                         for direction in directions:
-                            mbps, cpu_per_gb = run_flows(n, direction, args.seconds)
+                            mbps, cpu_per_gb = run_flows(n, direction, args.seconds, args.sites)
                             results.setdefault((uplinks, n, direction, build), []).append((mbps, cpu_per_gb))
                             print(f"{uplinks:>7} {n:>5} {direction:>4} {build:>8} {rnd:>5} "
                                   f"{mbps:8.0f} {cpu_per_gb:9.2f}", flush=True)

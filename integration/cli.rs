@@ -205,6 +205,12 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
         ),
         (
             "exit",
+            EXIT.replace("0.0.0.0:4433\"\n", "0.0.0.0:4433\"\nthreads = 0\n"),
+            vec![],
+            "error: listen.threads: 0 is out of range: 1 to 64 data-path threads",
+        ),
+        (
+            "exit",
             EXIT.replace("role = \"exit\"", "role = \"exit\"\nsite = \"x\""),
             vec![],
             "error: site: only an entry gateway",

@@ -419,10 +419,39 @@ fn udp_and_ipv6_cross_the_tunnel_over_ipv6_uplinks() {
 
 #[test]
 fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
-    let mut tb = Testbed::up("e2esites", &[("RATES", "0 0"), ("SITES", "2")]);
+    // Each site on a data-path thread of its own.
+    let mut tb = Testbed::up(
+        "e2esites",
+        &[("RATES", "0 0"), ("SITES", "2"), ("EXIT_THREADS", "2")],
+    );
     tb.start(); // returns once both sites' clients reach the server
     ping_ok(&tb, "sv", CLIENT_V4, 10);
     ping_ok(&tb, "sv", CLIENT2_V4, 10);
+    assert!(
+        tb.log("exit.log")
+            .contains("sites spread over data-path threads threads=2"),
+        "{}",
+        tb.log("exit.log")
+    );
+    // Both threads' lanes in one status, each under its site.
+    let json = tb.ok("ex", &[braid_bin(), "status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let lanes = |site: usize| status["sites"][site]["lanes"].as_array().map(Vec::len);
+    assert_eq!(
+        (lanes(0), lanes(1)),
+        (Some(4), Some(2)),
+        "site1's two uplinks and site2's one, green and blue: {json}"
+    );
+    let (code, health) = tb.admin_get("ex", "/healthz");
+    assert_eq!(
+        (code, health.trim()),
+        (200, "ok: 6 lanes up"),
+        "lanes up, summed over the threads"
+    );
+    for (site, uplink) in [("site1", "up1"), ("site1", "up2"), ("site2", "up1")] {
+        let sample = format!("braid_uplink_up{{site=\"{site}\",uplink=\"{uplink}\"}}");
+        assert_eq!(tb.metric("ex", &sample), 1.0, "{sample}");
+    }
 
     // Site 2's host claims an address of site 1; its entry forwards whatever its LAN
     // sends, so only the exit stands between it and the server.

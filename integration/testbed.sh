@@ -27,6 +27,8 @@
 #   ABE_SCHEDULER=dsd  abe.scheduler of both gateways (dsd or fifo)
 #   TUN_OFFLOAD=false  tun.offload of both gateways (a packet per TUN read and write);
 #                      unset, the key is left out (builds before it refuse it)
+#   EXIT_THREADS=N     listen.threads of the exit (its data-path threads); unset,
+#                      the key is left out (one per core, at most one per site)
 #
 # Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
 #   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
@@ -177,6 +179,7 @@ cert = "exit.pem"
 key = "exit.key"
 [listen]
 address = "[::]:4433"
+$([ -z "${EXIT_THREADS:-}" ] || echo "threads = $EXIT_THREADS")
 [scheduler]
 algorithm = "${SCHEDULER:-afmt}"
 [admin]

@@ -27,7 +27,7 @@ use tracing::{debug, info};
 use crate::core::pacing_table::PacingTable;
 use crate::metrics::Metrics;
 use crate::pacing_control::{PacingControl, PutError};
-use crate::status::Status;
+use crate::status::StatusBoard;
 
 /// The largest request body taken: a table of 10,000 applications is about 2 MB.
 pub const MAX_BODY: usize = 16 << 20;
@@ -39,7 +39,7 @@ pub struct Admin {
     /// The bearer token writes need; `None` refuses every write.
     pub token: Option<String>,
     /// The data path's last status (`GET /v1/status`), renewed every second.
-    pub status: Arc<std::sync::Mutex<Status>>,
+    pub status: Arc<StatusBoard>,
 }
 
 impl Admin {
@@ -170,14 +170,7 @@ async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> 
                 text(StatusCode::SERVICE_UNAVAILABLE, "no lane is up".into())
             }
         }
-        (&Method::GET, ["v1", "status"]) => {
-            let status = admin
-                .status
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            json(StatusCode::OK, &status)
-        }
+        (&Method::GET, ["v1", "status"]) => json(StatusCode::OK, &admin.status.current()),
         (&Method::GET, ["v1", "sites"]) => json(
             StatusCode::OK,
             &serde_json::json!({ "sites": admin.pacing.sites() }),

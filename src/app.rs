@@ -22,13 +22,14 @@ use crate::core::engine::{
     DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, SiteIdx, SiteSpec,
 };
 use crate::core::time::Instant;
-use crate::driver::{Driver, DriverCommand, DriverParts};
-use crate::lane::{self, client::Dialers, dscp::ColourDscp, server::Admission};
+use crate::dispatch::{self, ThreadInputs};
+use crate::driver::{Driver, DriverCommand, DriverParts, ThreadLinks};
+use crate::lane::{self, LaneEvent, client::Dialers, dscp::ColourDscp, server::Admission};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::pacing_control::{self, PacingControl};
 use crate::reload::{self, ReloadPlan};
-use crate::status::Status;
+use crate::status::StatusBoard;
 use crate::tun::{self, Tun};
 
 /// How long lanes get to close after the data path stopped.
@@ -110,54 +111,37 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         }
     };
     drop(events_tx);
-    let tun = match Tun::open(&config.tun, &reload::tunnel_routes(&config)).await {
-        Ok(tun) => tun,
+    let threads = match &config.role {
+        RoleConfig::Entry(_) => 1,
+        RoleConfig::Exit(exit) => exit.data_path_threads(),
+    };
+    let tuns = match Tun::open(&config.tun, &reload::tunnel_routes(&config), threads).await {
+        Ok(tuns) => tuns,
         Err(e) => {
             shutdown.cancel();
             return Err(e);
         }
     };
-    let mut engine = DataPath::new(EngineConfig {
-        role,
-        sites,
-        tun_mtu: config.tun.mtu as usize,
-        algorithm: config.scheduler.algorithm,
-        flow_idle_timeout: config.scheduler.flow_idle_timeout,
-        max_flows: config.scheduler.max_flows,
-        default_rate_kbps: Some(config.pacing.default_rate_kbps),
-        lane_stall: LANE_STALL,
-        lane_queue_limit: LANE_QUEUE_LIMIT,
-        green_inner_dscp: config.abe.green_inner_dscp.clone(),
-        abe: config.abe.queues,
-    });
-    for (site, table) in &tables {
-        if let Some(i) = site_ids.iter().position(|s| s == site) {
-            engine.handle_pacing_table(SiteIdx(i as u32), table.clone(), Instant::ZERO);
-            info!(
-                site,
-                version = table.version,
-                apps = table.apps.len(),
-                "pacing table restored"
-            );
-        }
+    let tun_name = tuns[0].name().to_string();
+    if threads > 1 {
+        info!(threads, "sites spread over data-path threads");
     }
     let report = Arc::new(Mutex::new(Vec::new()));
-    let app_stats = AppStats::new(metrics.clone(), &engine, report.clone());
     let (commands_tx, commands_rx) = mpsc::channel(16);
-    let status = Arc::new(Mutex::new(Status::default()));
+    let status = Arc::new(StatusBoard::new(threads));
     let control = Arc::new(PacingControl::new(
-        site_ids,
-        tables,
+        site_ids.clone(),
+        tables.clone(),
         config.pacing.state_file.clone(),
         commands_tx.clone(),
-        report,
+        report.clone(),
     ));
     let notifier = Arc::new(Notifier::from_env());
     tasks.spawn(watch_signals(
         shutdown.clone(),
         Reloader {
             path: config_path,
-            tun: tun.name().to_string(),
+            tun: tun_name,
             running: config.clone(),
             material,
             driver: commands_tx,
@@ -178,18 +162,88 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         }),
         shutdown.clone(),
     ));
-    let driver = Driver::new(DriverParts {
-        engine,
-        app_stats,
-        metrics,
-        clock,
-        tun,
-        events: events_rx,
-        commands: commands_rx,
-        status,
-        notifier,
-    });
-    driver.run(shutdown.clone()).await;
+    // One thread takes the lanes and commands itself; several have them routed.
+    let inputs: Vec<(mpsc::Receiver<LaneEvent>, mpsc::Receiver<DriverCommand>)> = if threads == 1 {
+        vec![(events_rx, commands_rx)]
+    } else {
+        let (routes, inputs) = (0..threads)
+            .map(|_| {
+                let (events, events_rx) = mpsc::channel(256);
+                let (commands, commands_rx) = mpsc::channel(16);
+                (ThreadInputs { events, commands }, (events_rx, commands_rx))
+            })
+            .unzip();
+        let ids = sites.iter().map(|s| s.id.clone()).collect();
+        tasks.spawn(dispatch::run(
+            events_rx,
+            commands_rx,
+            routes,
+            ids,
+            shutdown.clone(),
+        ));
+        inputs
+    };
+    let mut drivers: Vec<Driver> = tuns
+        .into_iter()
+        .zip(ThreadLinks::all(threads))
+        .zip(inputs)
+        .map(|((tun, links), (events, commands))| {
+            let mut engine = DataPath::new(EngineConfig {
+                role,
+                sites: sites.clone(),
+                tun_mtu: config.tun.mtu as usize,
+                algorithm: config.scheduler.algorithm,
+                flow_idle_timeout: config.scheduler.flow_idle_timeout,
+                max_flows: config.scheduler.max_flows,
+                default_rate_kbps: Some(config.pacing.default_rate_kbps),
+                lane_stall: LANE_STALL,
+                lane_queue_limit: LANE_QUEUE_LIMIT,
+                green_inner_dscp: config.abe.green_inner_dscp.clone(),
+                abe: config.abe.queues,
+                shard: links.shard,
+            });
+            for (site, table) in &tables {
+                if let Some(i) = site_ids.iter().position(|s| s == site)
+                    && engine.owns(SiteIdx(i as u32))
+                {
+                    engine.handle_pacing_table(SiteIdx(i as u32), table.clone(), Instant::ZERO);
+                    info!(
+                        site,
+                        version = table.version,
+                        apps = table.apps.len(),
+                        "pacing table restored"
+                    );
+                }
+            }
+            let app_stats = AppStats::new(metrics.clone(), &engine, report.clone());
+            Driver::new(DriverParts {
+                engine,
+                app_stats,
+                metrics: metrics.clone(),
+                clock,
+                tun,
+                events,
+                commands,
+                links,
+                status: status.clone(),
+                notifier: notifier.clone(),
+            })
+        })
+        .collect();
+    // The first thread runs here, as the only one did; the others beside it. Any
+    // of them stopping (its TUN queue failed) stops the gateway.
+    let first = drivers.remove(0);
+    let mut others = tokio::task::JoinSet::new();
+    for driver in drivers {
+        let shutdown = shutdown.clone();
+        others.spawn(async move {
+            driver.run(shutdown.clone()).await;
+            shutdown.cancel();
+        });
+    }
+    first.run(shutdown.clone()).await;
+    shutdown.cancel();
+    while others.join_next().await.is_some() {}
     shutdown.cancel();
     dialer_tasks.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, async {

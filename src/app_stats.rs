@@ -78,11 +78,15 @@ impl AppStats {
     }
 
     /// Takes the engine's sites beyond those accounted so far (a reload added them).
+    /// Another data-path thread's site has no applications here: that thread
+    /// accounts for them.
     pub fn add_sites(&mut self, engine: &DataPath) {
         for (site, id) in engine.sites().skip(self.site_ids.len()) {
             self.site_ids.push(id.to_string());
             self.counters.push(Vec::new());
-            self.rebuild(site, engine.pacing());
+            if engine.owns(site) {
+                self.rebuild(site, engine.pacing());
+            }
         }
     }
 
@@ -147,7 +151,8 @@ impl AppStats {
     }
 
     /// Measures every application's rates since the last report, publishes the new
-    /// report and returns it.
+    /// report of this thread's sites and returns it (other threads' sites without
+    /// applications).
     pub fn report(&mut self, now: Instant, engine: &DataPath) -> Vec<SiteReport> {
         let secs = now.saturating_since(self.reported_at).as_secs_f64();
         self.reported_at = now;
@@ -190,7 +195,16 @@ impl AppStats {
                 apps,
             });
         }
-        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = reports.clone();
+        let mut published = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        if published.len() < reports.len() {
+            published.resize_with(reports.len(), SiteReport::default);
+        }
+        for (s, report) in reports.iter().enumerate() {
+            if engine.owns(SiteIdx(s as u32)) {
+                published[s].clone_from(report);
+            }
+        }
+        drop(published);
         reports
     }
 }

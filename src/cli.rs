@@ -162,7 +162,16 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
             }
         }
         RoleConfig::Exit(x) => {
-            println!("role: exit, listening on {}", x.listen);
+            println!(
+                "role: exit, listening on {}, {} data-path thread(s){}",
+                x.listen,
+                x.data_path_threads(),
+                if x.threads.is_some() {
+                    ""
+                } else {
+                    " (one per core, at most one per site)"
+                }
+            );
             for s in &x.sites {
                 let prefixes: Vec<String> = s.prefixes.iter().map(ToString::to_string).collect();
                 println!("site {:?}: {}", s.id, prefixes.join(", "));

@@ -4,13 +4,18 @@
 //! lanes to close) and sleeps until the engine's next deadline. It decides nothing
 //! about a packet, a flow or a lane: that is [`DataPath`]'s.
 //!
+//! An exit may run several drivers, one per data-path thread, each with its own
+//! engine, TUN queue and lanes, serving its share of the sites ([`Shard`]): packets
+//! read for another thread's site are handed to that thread in batches, and the
+//! first thread speaks to systemd for all of them.
+//!
 //! Each lane has a send task (the lane's queue -> `send_datagram_wait`, so quinn never
 //! silently discards datagrams) and a receive task (datagrams -> this loop). A lane is
 //! forgotten only when its receive task says it is closed: that is the lane's last
 //! message, so its id can be reused without mixing two lanes' datagrams.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -22,7 +27,7 @@ use tracing::{info, warn};
 use crate::app_stats::AppStats;
 use crate::clock::Clock;
 use crate::config::SchedulerConfig;
-use crate::core::engine::{DataPath, LaneService, LaneUp, SiteIdx, SiteSpec};
+use crate::core::engine::{DataPath, LaneService, LaneUp, Shard, SiteIdx, SiteSpec};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::offload::{Coalescer, MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::pacing_table::PacingTable;
@@ -32,7 +37,7 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, PROBE};
 use crate::lane::{LaneEvent, NewLane};
 use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
-use crate::status::{Status, StatusBuilder};
+use crate::status::{StatusBoard, StatusBuilder};
 use crate::tun::Tun;
 
 /// Packets read per wake-up before the loop looks at its other inputs again.
@@ -104,6 +109,46 @@ impl LaneIo {
     }
 }
 
+/// Packets read from the TUN device by one data-path thread for another's sites.
+pub type Handoff = Vec<BytesMut>;
+
+/// How an exit's data-path thread reaches the others.
+pub struct ThreadLinks {
+    pub shard: Shard,
+    /// Packets the other threads read for this one's sites.
+    pub inbox: mpsc::Receiver<Handoff>,
+    /// Every thread's inbox, by thread (this one's too, unused).
+    pub inboxes: Vec<mpsc::Sender<Handoff>>,
+    /// When each thread last turned its loop, in [`Clock`] nanoseconds: the first
+    /// thread tells systemd's watchdog all is well only while every thread turns.
+    pub beats: Arc<[AtomicU64]>,
+}
+
+impl ThreadLinks {
+    /// The links of `count` threads, by thread.
+    pub fn all(count: usize) -> Vec<ThreadLinks> {
+        // Batches, not packets: one per wake-up of the sending thread.
+        const INBOX_BATCHES: usize = 1024;
+        let (inboxes, receivers): (Vec<_>, Vec<_>) =
+            (0..count).map(|_| mpsc::channel(INBOX_BATCHES)).unzip();
+        let beats: Arc<[AtomicU64]> = (0..count).map(|_| AtomicU64::new(0)).collect();
+        receivers
+            .into_iter()
+            .enumerate()
+            .map(|(index, inbox)| ThreadLinks {
+                shard: Shard { index, count },
+                inbox,
+                inboxes: inboxes.clone(),
+                beats: beats.clone(),
+            })
+            .collect()
+    }
+
+    fn first(&self) -> bool {
+        self.shard.index == 0
+    }
+}
+
 /// What the rest of the gateway asks of the data path.
 pub enum DriverCommand {
     /// Replace a site's application table; `done` fires once packets are paced by it.
@@ -127,6 +172,7 @@ enum Wake<G> {
     Command(DriverCommand),
     Lane(LaneEvent),
     Input(LaneInput),
+    Handoff(Handoff),
     Tun(std::io::Result<G>),
 }
 
@@ -151,11 +197,17 @@ pub struct Driver {
     offload_counts: TunOffload,
     app_stats: AppStats,
     commands: mpsc::Receiver<DriverCommand>,
+    links: ThreadLinks,
+    /// Packets for each other thread, gathered over one wake-up.
+    handoffs: Vec<Handoff>,
     /// Copies the engine's counters into the metrics.
     export: Export,
+    /// Metrics shared by every thread (lanes up, for systemd's status line).
+    metrics: Arc<Metrics>,
     status_builder: StatusBuilder,
-    /// What `GET /v1/status` answers, renewed with the application report.
-    status: Arc<Mutex<Status>>,
+    /// Where `GET /v1/status` reads this thread's part, renewed with the
+    /// application report.
+    status: Arc<StatusBoard>,
     /// systemd: `READY=1` once sent, and the lanes up last told in `STATUS=`.
     notifier: Arc<Notifier>,
     ready: bool,
@@ -171,7 +223,8 @@ pub struct DriverParts {
     pub tun: Tun,
     pub events: mpsc::Receiver<LaneEvent>,
     pub commands: mpsc::Receiver<DriverCommand>,
-    pub status: Arc<Mutex<Status>>,
+    pub links: ThreadLinks,
+    pub status: Arc<StatusBoard>,
     pub notifier: Arc<Notifier>,
 }
 
@@ -185,12 +238,14 @@ impl Driver {
             tun,
             events,
             commands,
+            links,
             status,
             notifier,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
         let tun_writes = Coalescer::new(tun.offload());
-        let export = Export::new(metrics, &engine);
+        let export = Export::new(metrics.clone(), &engine);
+        let handoffs = (0..links.shard.count).map(|_| Vec::new()).collect();
         let status_builder = StatusBuilder::new(engine.role());
         Driver {
             engine,
@@ -207,7 +262,10 @@ impl Driver {
             offload_counts: TunOffload::default(),
             app_stats,
             commands,
+            links,
+            handoffs,
             export,
+            metrics,
             status_builder,
             status,
             notifier,
@@ -218,7 +276,11 @@ impl Driver {
 
     /// Runs until `shutdown`, then closes every lane.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        info!(tun = self.tun.name(), "data path running");
+        info!(
+            tun = self.tun.name(),
+            thread = self.links.shard.index,
+            "data path running"
+        );
         // A handle of our own, so that waiting for the device does not borrow `self`.
         let tun = self.tun.clone();
         // One timer for everything the loop waits for but packets: the engine's
@@ -256,6 +318,7 @@ impl Driver {
                 Some(command) = self.commands.recv() => Wake::Command(command),
                 Some(event) = self.events.recv() => Wake::Lane(event),
                 Some(input) = self.input_rx.recv() => Wake::Input(input),
+                Some(packets) = self.links.inbox.recv() => Wake::Handoff(packets),
                 ready = tun.readable() => Wake::Tun(ready),
             };
             let now = self.clock.now();
@@ -282,6 +345,12 @@ impl Driver {
                         }
                     }
                 }
+                Wake::Handoff(packets) => {
+                    for datagram in packets {
+                        self.engine.handle_tun_packet(datagram, now);
+                        self.carry_out();
+                    }
+                }
                 Wake::Tun(Ok(mut guard)) => {
                     for _ in 0..BATCH {
                         match guard.try_io(|fd| Tun::read(fd, &mut self.tun_read)) {
@@ -302,6 +371,7 @@ impl Driver {
             self.engine.handle_timeout(now);
             self.carry_out();
             self.flush_tun_writes();
+            self.send_handoffs();
             // Checked on every wake-up, so that traffic cannot starve them.
             if now >= export_at {
                 self.export_metrics();
@@ -310,13 +380,13 @@ impl Driver {
             if now >= report_at {
                 let apps = self.app_stats.report(now, &self.engine);
                 let status = self.status_builder.build(now, &self.engine, &apps);
-                *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+                self.status.publish(self.links.shard.index, status);
                 report_at = now + APP_REPORT_INTERVAL;
             }
             if let Some(every) = watchdog_every
                 && now >= watchdog_at
             {
-                self.notifier.watchdog();
+                self.watchdog(now, every);
                 watchdog_at = now + every;
             }
         }
@@ -354,6 +424,41 @@ impl Driver {
         }
         while let Some((lane, service)) = self.engine.poll_lane_service() {
             self.log_lane_service(lane, service);
+        }
+        while let Some((thread, datagram)) = self.engine.poll_handoff() {
+            self.handoffs[thread].push(datagram);
+        }
+    }
+
+    /// Hands the packets gathered for other threads over, a batch each; a thread
+    /// whose inbox is full loses them (counted as `handoff_full`).
+    fn send_handoffs(&mut self) {
+        for (thread, packets) in self.handoffs.iter_mut().enumerate() {
+            if packets.is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(packets);
+            if let Err(e) = self.links.inboxes[thread].try_send(batch) {
+                let lost = match e {
+                    mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => {
+                        b.len()
+                    }
+                };
+                for _ in 0..lost {
+                    self.engine.handle_handoff_refused();
+                }
+            }
+        }
+    }
+
+    /// Tells systemd's watchdog all is well, from the first thread and only while
+    /// every thread turns its loop (each wakes for its own watchdog instant).
+    fn watchdog(&self, now: Instant, every: Duration) {
+        let beats = &self.links.beats;
+        beats[self.links.shard.index].store(now.as_nanos(), Ordering::Relaxed);
+        let stale = now.as_nanos().saturating_sub(2 * every.as_nanos() as u64);
+        if self.links.first() && beats.iter().all(|b| b.load(Ordering::Relaxed) >= stale) {
+            self.notifier.watchdog();
         }
     }
 
@@ -533,7 +638,10 @@ impl Driver {
         }
     }
 
+    /// Every thread takes the commands that are not about one site; the first logs
+    /// them.
     fn handle_command(&mut self, command: DriverCommand, now: Instant) {
+        let log = self.links.first();
         match command {
             DriverCommand::ApplyPacing { site, table, done } => {
                 let (version, apps) = (table.version, table.apps.len());
@@ -551,20 +659,26 @@ impl Driver {
                     config.flow_idle_timeout,
                     config.max_flows,
                 );
-                info!(
-                    algorithm = config.algorithm.as_str(),
-                    "scheduler settings applied"
-                );
+                if log {
+                    info!(
+                        algorithm = config.algorithm.as_str(),
+                        "scheduler settings applied"
+                    );
+                }
             }
             DriverCommand::DefaultRate(kbps) => {
                 self.engine.handle_default_rate(Some(kbps), now);
-                info!(default_rate_kbps = kbps, "default pacing rate applied");
+                if log {
+                    info!(default_rate_kbps = kbps, "default pacing rate applied");
+                }
             }
             DriverCommand::ServeSites(sites) => {
                 self.engine.handle_sites(&sites, now);
                 self.app_stats.add_sites(&self.engine);
-                let ids: Vec<&str> = sites.iter().map(|s| s.id.as_str()).collect();
-                info!(sites = ids.join(", "), "sites applied");
+                if log {
+                    let ids: Vec<&str> = sites.iter().map(|s| s.id.as_str()).collect();
+                    info!(sites = ids.join(", "), "sites applied");
+                }
             }
         }
     }
@@ -587,17 +701,20 @@ impl Driver {
         }
     }
 
-    /// Copies the engine's counters into the metrics, and tells systemd once the
-    /// engine is ready and whenever the number of lanes up changes.
+    /// Copies the engine's counters into the metrics, and (the first thread) tells
+    /// systemd once the engine is ready and whenever the number of lanes up changes.
     fn export_metrics(&mut self) {
         self.export.copy(&self.engine);
         self.export.copy_offload(&self.offload_counts);
         self.app_stats.export(&self.engine);
+        if !self.links.first() {
+            return;
+        }
         if !self.ready && self.engine.ready() {
             self.notifier.ready();
             self.ready = true;
         }
-        let up = self.engine.lanes_up();
+        let up = self.metrics.lanes_up();
         if self.lanes_reported != Some(up) {
             self.notifier.status(&format!("{up} lanes up"));
             self.lanes_reported = Some(up);

@@ -15,6 +15,7 @@ pub mod core;
 #[cfg(test)]
 mod core_purity;
 pub mod demo;
+pub mod dispatch;
 pub mod driver;
 pub mod lane;
 pub mod logging;

@@ -450,8 +450,14 @@ impl Metrics {
     }
 
     /// Records how many lanes are up, for `/healthz`.
-    pub fn set_lanes_up(&self, n: usize) {
-        self.lanes_up.store(n, Ordering::Relaxed);
+    /// Lanes up changed by `delta` on one data-path thread.
+    fn add_lanes_up(&self, delta: i64) {
+        if delta >= 0 {
+            self.lanes_up.fetch_add(delta as usize, Ordering::Relaxed);
+        } else {
+            self.lanes_up
+                .fetch_sub(delta.unsigned_abs() as usize, Ordering::Relaxed);
+        }
     }
 
     /// Counts an admin request answered with `status`.
@@ -579,10 +585,16 @@ impl Collector for SharedCollector {
 }
 
 /// Copies a data path's counters and lane state into the metrics (the engine counts
-/// in plain integers; the metrics grow by the difference since the last copy). The
-/// first drop of each reason is logged as a warning.
+/// in plain integers; the metrics grow by the difference since the last copy, so that
+/// an exit's data-path threads, each with its own `Export`, add up). The first drop of
+/// each reason is logged as a warning.
 pub struct Export {
     metrics: Arc<Metrics>,
+    /// Flows and lanes up as last copied.
+    flows_active: i64,
+    lanes_up: i64,
+    /// The queue delay histograms as last copied, by `Colour as usize`.
+    queue_delay: [DelayHistogram; 2],
     /// The offload counts last copied: (super-packets, packets in them), read and write.
     offload: [(u64, u64); 2],
     drops: [u64; DropReason::ALL.len()],
@@ -629,6 +641,9 @@ impl Export {
     pub fn new(metrics: Arc<Metrics>, engine: &DataPath) -> Export {
         let mut export = Export {
             metrics,
+            flows_active: 0,
+            lanes_up: 0,
+            queue_delay: [DelayHistogram::default(); 2],
             offload: [(0, 0); 2],
             drops: [0; DropReason::ALL.len()],
             colour_packets: [0; 2],
@@ -748,11 +763,14 @@ impl Export {
                 .with_label_values(&[engine.site_id(shaper.site), shaper.uplink])
                 .set(shaper.green_bias);
         }
-        for (colour, (_, shown)) in Colour::ALL
+        for ((colour, (_, shown)), exported) in Colour::ALL
             .iter()
             .zip(self.metrics.queue_delay.series().iter_mut())
+            .zip(&mut self.queue_delay)
         {
-            *shown = *engine.queue_delay(*colour);
+            let now = *engine.queue_delay(*colour);
+            shown.add_since(&now, exported);
+            *exported = now;
         }
         for (i, (counter, exported)) in self.reordered.iter_mut().enumerate() {
             let total = engine.reordered(SiteIdx(i as u32));
@@ -765,16 +783,21 @@ impl Export {
             for (counter, (_, count)) in counters.iter().zip(RESEQ_OUTCOMES) {
                 counter.inc_by(count(now).saturating_sub(count(exported)));
             }
-            *exported = *now;
-            if let Some((_, shown)) = holds.get_mut(i) {
+            // Another thread's site: its histogram is that thread's to show.
+            if let Some((_, shown)) = holds.get_mut(i)
+                && engine.owns(SiteIdx(i as u32))
+            {
                 *shown = now.hold;
             }
+            *exported = *now;
         }
         drop(holds);
-        self.metrics
-            .flows_active
-            .set(i64::try_from(engine.flows_active()).unwrap_or(i64::MAX));
-        self.metrics.set_lanes_up(engine.lanes_up());
+        let flows = i64::try_from(engine.flows_active()).unwrap_or(i64::MAX);
+        self.metrics.flows_active.add(flows - self.flows_active);
+        self.flows_active = flows;
+        let lanes_up = i64::try_from(engine.lanes_up()).unwrap_or(i64::MAX);
+        self.metrics.add_lanes_up(lanes_up - self.lanes_up);
+        self.lanes_up = lanes_up;
         for u in &mut self.uplinks {
             u.any_lane_up = false;
         }

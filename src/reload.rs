@@ -60,6 +60,11 @@ impl ReloadPlan {
             }
             (RoleConfig::Exit(a), RoleConfig::Exit(b)) => {
                 mark(&mut plan.fixed, a.listen != b.listen, "listen");
+                mark(
+                    &mut plan.at_restart,
+                    a.threads != b.threads,
+                    "listen.threads",
+                );
                 if a.sites != b.sites {
                     plan.sites = Some(b.sites.clone());
                 }

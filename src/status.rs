@@ -2,6 +2,7 @@
 //! once a second from the engine's state and counters, and its 80-column table.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +150,62 @@ impl StatusBuilder {
             sites,
         }
     }
+}
+
+/// Where the data-path threads publish their status (once a second each), and where
+/// `GET /v1/status` reads the gateway's: theirs merged.
+#[derive(Debug, Default)]
+pub struct StatusBoard {
+    /// By thread.
+    parts: Mutex<Vec<Status>>,
+}
+
+impl StatusBoard {
+    pub fn new(threads: usize) -> StatusBoard {
+        StatusBoard {
+            parts: Mutex::new(vec![Status::default(); threads.max(1)]),
+        }
+    }
+
+    pub fn publish(&self, thread: usize, status: Status) {
+        let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(part) = parts.get_mut(thread) {
+            *part = status;
+        }
+    }
+
+    /// The gateway's status: every thread's flows, drops, lanes and applications.
+    pub fn current(&self) -> Status {
+        let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        merge(&parts)
+    }
+}
+
+/// Merges the statuses of an exit's data-path threads. Each knows every site but
+/// reports lanes and applications only for its own: the sites are the first
+/// thread's, with every thread's lanes and applications of the same site.
+fn merge(parts: &[Status]) -> Status {
+    let Some((first, others)) = parts.split_first() else {
+        return Status::default();
+    };
+    let mut merged = first.clone();
+    for part in others {
+        merged.flows += part.flows;
+        for (reason, n) in &part.drops {
+            *merged.drops.entry(reason.clone()).or_default() += n;
+        }
+        for site in &part.sites {
+            if let Some(into) = merged.sites.iter_mut().find(|s| s.site == site.site) {
+                into.lanes.extend(site.lanes.iter().cloned());
+                into.apps.extend(site.apps.iter().cloned());
+            }
+        }
+    }
+    for site in &mut merged.sites {
+        site.lanes
+            .sort_by(|a, b| (&a.uplink, &a.colour).cmp(&(&b.uplink, &b.colour)));
+    }
+    merged
 }
 
 /// The status as a table of at most 80 columns.
@@ -326,6 +383,45 @@ mod tests {
             [0, 99_999, 100_000, 9_999_999, 123_456_789_012, u64::MAX].map(compact),
             ["0", "99999", "100k", "9999k", "123G", "18E"]
         );
+    }
+
+    #[test]
+    fn the_threads_statuses_merge_into_one_with_each_sites_lanes_and_applications() {
+        let own = status();
+        // The second thread serves a site of its own, and knows the first's without
+        // lanes or applications.
+        let mut other = status();
+        other.flows = 3;
+        other.drops = [
+            ("queue_full".to_string(), 2),
+            ("handoff_full".to_string(), 1),
+        ]
+        .into();
+        other.sites[0].lanes.clear();
+        other.sites[0].apps.clear();
+        let mut second_site = status().sites.remove(0);
+        second_site.site = "second".into();
+        second_site.lanes.truncate(1);
+        other.sites.push(second_site.clone());
+        let mut first = own.clone();
+        first.sites.push(SiteStatus {
+            site: "second".into(),
+            lanes: Vec::new(),
+            apps: Vec::new(),
+        });
+        let board = StatusBoard::new(2);
+        board.publish(0, first);
+        board.publish(1, other);
+        let merged = board.current();
+        assert_eq!(merged.flows, 20);
+        assert_eq!(merged.drops["queue_full"], 5);
+        assert_eq!(merged.drops["handoff_full"], 1);
+        assert_eq!(merged.sites.len(), 2);
+        assert_eq!(merged.sites[0].lanes.len(), 2);
+        assert_eq!(merged.sites[0].lanes[0].uplink, "a-very-long-uplink-name");
+        assert_eq!(merged.sites[0].apps, own.sites[0].apps);
+        assert_eq!(merged.sites[1], second_site);
+        assert_eq!(StatusBoard::new(1).current(), Status::default());
     }
 
     #[test]

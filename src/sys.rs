@@ -16,8 +16,10 @@ pub fn async_fd<T: AsRawFd>(inner: T) -> io::Result<AsyncFd<T>> {
 
 /// Attaches `file`, an open `/dev/net/tun`, to the TUN device `name` (created if it
 /// does not exist; `%d` in the name picks a free number), with a virtio-net header
-/// in front of every packet; returns the device's name.
-pub fn tun_attach(file: &std::fs::File, name: &str) -> io::Result<String> {
+/// in front of every packet; returns the device's name. With `multi_queue` the device
+/// has one queue per attached file, and the kernel keeps a flow's packets on the
+/// queue its last packet was written to.
+pub fn tun_attach(file: &std::fs::File, name: &str, multi_queue: bool) -> io::Result<String> {
     use nix::libc;
     // SAFETY: `ifreq` is plain old data, for which all zeroes is a valid value.
     let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -30,7 +32,13 @@ pub fn tun_attach(file: &std::fs::File, name: &str) -> io::Result<String> {
     for (to, from) in request.ifr_name.iter_mut().zip(name.bytes()) {
         *to = from as libc::c_char;
     }
-    request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as _;
+    let queues = if multi_queue {
+        libc::IFF_MULTI_QUEUE
+    } else {
+        0
+    };
+    request.ifr_ifru.ifru_flags =
+        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR | queues) as _;
     // SAFETY: TUNSETIFF reads and writes one `ifreq`, which `request` is and which
     // outlives the call; the descriptor is open.
     if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut request) } < 0 {

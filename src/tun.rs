@@ -29,19 +29,33 @@ pub struct Tun {
 }
 
 impl Tun {
-    /// Creates the device and configures it; `routes` are sent into the tunnel.
-    pub async fn open(cfg: &TunConfig, routes: &[IpNet]) -> anyhow::Result<Tun> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open("/dev/net/tun")
-            .with_context(|| format!("opening TUN device {} (are you root?)", cfg.name))?;
-        let name = crate::sys::tun_attach(&file, &cfg.name)
-            .with_context(|| format!("creating TUN device {} (are you root?)", cfg.name))?;
+    /// Creates the device with `queues` queues (one per data-path thread) and
+    /// configures it; `routes` are sent into the tunnel. One `Tun` per queue.
+    pub async fn open(
+        cfg: &TunConfig,
+        routes: &[IpNet],
+        queues: usize,
+    ) -> anyhow::Result<Vec<Tun>> {
+        let multi_queue = queues > 1;
+        let mut name = cfg.name.clone();
+        let mut files = Vec::with_capacity(queues);
+        for _ in 0..queues.max(1) {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open("/dev/net/tun")
+                .with_context(|| format!("opening TUN device {name} (are you root?)"))?;
+            // The first file creates the device (a `%d` in its name picks a number),
+            // the others attach to it by the name it got.
+            name = crate::sys::tun_attach(&file, &name, multi_queue)
+                .with_context(|| format!("creating TUN device {name} (are you root?)"))?;
+            files.push(file);
+        }
         // Without offloads every packet is read and written alone, as before them.
+        // They are the device's: asked once, they hold for every queue.
         let offload = cfg.offload
-            && crate::sys::tun_set_offload(&file, OFFLOADS)
+            && crate::sys::tun_set_offload(&files[0], OFFLOADS)
                 .inspect_err(|e| {
                     warn!(tun = name, error = %e, "the kernel refused TUN offloads; going without")
                 })
@@ -49,9 +63,18 @@ impl Tun {
         configure(&name, cfg, routes)
             .await
             .with_context(|| format!("configuring TUN device {name}"))?;
-        let fd = crate::sys::async_fd(file)
-            .with_context(|| format!("registering TUN device {name} with the reactor"))?;
-        Ok(Tun { fd, name, offload })
+        files
+            .into_iter()
+            .map(|file| {
+                let fd = crate::sys::async_fd(file)
+                    .with_context(|| format!("registering TUN device {name} with the reactor"))?;
+                Ok(Tun {
+                    fd,
+                    name: name.clone(),
+                    offload,
+                })
+            })
+            .collect()
     }
 
     pub fn name(&self) -> &str {

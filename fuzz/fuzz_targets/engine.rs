@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use braid::core::engine::{
-    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, LaneUp, Role, SiteIdx, SiteSpec,
+    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, LaneUp, Role, Shard, SiteIdx, SiteSpec,
 };
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::pacing_table::PacingTable;
@@ -42,6 +42,7 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
         lane_queue_limit: LANE_QUEUE_LIMIT,
         green_inner_dscp: vec![46],
         abe: AbeSettings::default(),
+        shard: Shard::ONLY,
     });
     let table = PacingTable::parse(TABLE.as_bytes()).expect("a valid table");
     e.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);

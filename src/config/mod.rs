@@ -87,6 +87,24 @@ pub struct UplinkConfig {
 pub struct ExitConfig {
     pub listen: SocketAddr,
     pub sites: Vec<SiteSpec>,
+    /// Data-path threads (`listen.threads`); `None`: one per core, at most one per
+    /// site at the start. See [`ExitConfig::data_path_threads`].
+    pub threads: Option<usize>,
+}
+
+/// The most data-path threads an exit runs (`listen.threads`).
+pub const MAX_EXIT_THREADS: usize = 64;
+
+impl ExitConfig {
+    /// How many data-path threads serve the sites: `listen.threads`, else one per
+    /// core but no more than there are sites (a thread without a site of its own
+    /// would only hand the packets it reads over).
+    pub fn data_path_threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            cores.min(self.sites.len()).clamp(1, MAX_EXIT_THREADS)
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -366,6 +384,16 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, FieldError> {
     let Some(listen) = &raw.listen else {
         return err("listen", "missing: an exit gateway needs [listen] address");
     };
+    let threads = match listen.threads {
+        None => None,
+        Some(n) if (1..=MAX_EXIT_THREADS as u64).contains(&n) => Some(n as usize),
+        Some(n) => {
+            return err(
+                "listen.threads",
+                format!("{n} is out of range: 1 to {MAX_EXIT_THREADS} data-path threads"),
+            );
+        }
+    };
     let listen = listen.address.parse().or_else(|_| {
         err(
             "listen.address",
@@ -409,7 +437,11 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, FieldError> {
             prefixes,
         });
     }
-    Ok(ExitConfig { listen, sites })
+    Ok(ExitConfig {
+        listen,
+        sites,
+        threads,
+    })
 }
 
 fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, FieldError> {

@@ -77,6 +77,7 @@ pub struct RawUplink {
 #[serde(deny_unknown_fields)]
 pub struct RawListen {
     pub address: String,
+    pub threads: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -61,6 +61,7 @@ fn default_tun_mtu_follows_the_uplink_family() {
         RoleConfig::Exit(ExitConfig {
             listen: listen.parse().expect("addr"),
             sites: Vec::new(),
+            threads: None,
         })
     };
     assert_eq!(default_tun_mtu(&exit("0.0.0.0:4433")), 1428);

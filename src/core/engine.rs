@@ -170,6 +170,28 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SiteIdx(pub u32);
 
+/// Which of an exit's data-path threads an engine is, of how many. The exit's sites
+/// are spread over the threads by index, so that each site's flows, lanes, queues and
+/// resequencing live on one thread and no per-packet state is shared: site `i` is
+/// served by thread `i % count`. Every thread's engine knows every site (the indexes
+/// then agree, and a reload gives each the same ones); a packet read from the TUN
+/// device for another thread's site is handed over ([`DataPath::poll_handoff`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// The one thread of an entry, or of an exit that runs one.
+    pub const ONLY: Shard = Shard { index: 0, count: 1 };
+
+    /// The thread serving `site`.
+    pub fn of(site: SiteIdx, count: usize) -> usize {
+        site.0 as usize % count.max(1)
+    }
+}
+
 /// One site the engine carries traffic for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteSpec {
@@ -200,6 +222,8 @@ pub struct EngineConfig {
     pub green_inner_dscp: Vec<u8>,
     /// How uplinks of known rate are shaped and served (`[abe]`).
     pub abe: AbeSettings,
+    /// Which sites this engine serves ([`Shard::ONLY`]: all of them).
+    pub shard: Shard,
 }
 
 /// A datagram to send on a lane.
@@ -628,6 +652,7 @@ pub struct ShaperReport<'a> {
 /// The data path state machine.
 pub struct DataPath {
     role: Role,
+    shard: Shard,
     sites: Vec<Site>,
     site_by_prefix: PrefixMap<SiteIdx>,
     /// Lane id -> lane; `None` for free ids, which are reused.
@@ -663,6 +688,8 @@ pub struct DataPath {
     dropped: [u64; DropReason::ALL.len()],
     transmits: VecDeque<Transmit>,
     tun_writes: VecDeque<Bytes>,
+    /// Packets read from the TUN device for other threads' sites, with the thread.
+    handoffs: VecDeque<(usize, BytesMut)>,
     lanes_to_close: VecDeque<(LaneId, LaneClose)>,
     lane_services: VecDeque<(LaneId, LaneService)>,
     /// When a flow table may next forget a flow (`None`: all are empty).
@@ -705,6 +732,7 @@ impl DataPath {
         let site_by_prefix = prefix_map(&sites);
         DataPath {
             role: config.role,
+            shard: config.shard,
             sites,
             site_by_prefix,
             lanes: Vec::new(),
@@ -732,6 +760,7 @@ impl DataPath {
             dropped: [0; DropReason::ALL.len()],
             transmits: VecDeque::new(),
             tun_writes: VecDeque::new(),
+            handoffs: VecDeque::new(),
             lanes_to_close: VecDeque::new(),
             lane_services: VecDeque::new(),
             expiry_at: None,
@@ -750,6 +779,7 @@ impl DataPath {
     /// Handles a packet read from the TUN device, which sits in `datagram` behind
     /// [`DATAGRAM_HEADER_LEN`] bytes of room for the header, so that the datagram is
     /// built in place: admitted, classified, paced, scheduled, queued on its lane.
+    /// At an exit, a packet for another thread's site is handed over untouched.
     pub fn handle_tun_packet(&mut self, mut datagram: BytesMut, now: Instant) {
         let Some(packet) = datagram.get_mut(DATAGRAM_HEADER_LEN..) else {
             return self.count_drop(DropReason::Malformed);
@@ -764,7 +794,11 @@ impl DataPath {
         let site = match self.role {
             Role::Entry => SiteIdx(0),
             Role::Exit => match self.site_by_prefix.lookup(info.dst) {
-                Some(site) => site,
+                Some(site) if self.owns(site) => site,
+                Some(site) => {
+                    let thread = Shard::of(site, self.shard.count);
+                    return self.handoffs.push_back((thread, datagram));
+                }
                 None => return self.count_drop(DropReason::NoSite),
             },
         };
@@ -842,7 +876,7 @@ impl DataPath {
     /// uplink and colour is replaced (a reconnect overtook its idle timeout): it is
     /// never scheduled again and comes out of [`DataPath::poll_lane_close`].
     pub fn handle_lane_up(&mut self, up: LaneUp<'_>, now: Instant) -> Option<LaneId> {
-        let site = self.site_index(up.site)?;
+        let site = self.site_index(up.site).filter(|&s| self.owns(s))?;
         for (i, old) in self.lanes.iter_mut().enumerate() {
             if let Some(old) = old
                 && !old.retired
@@ -1246,6 +1280,12 @@ impl DataPath {
         self.count_drop(DropReason::NoLane);
     }
 
+    /// Counts a packet the shell could not hand to the thread serving its site (that
+    /// thread's inbox was full).
+    pub fn handle_handoff_refused(&mut self) {
+        self.count_drop(DropReason::HandoffFull);
+    }
+
     // ---- outputs ------------------------------------------------------------------
 
     /// The next datagram to send.
@@ -1256,6 +1296,12 @@ impl DataPath {
     /// The next packet to write to the TUN device.
     pub fn poll_tun_write(&mut self) -> Option<Bytes> {
         self.tun_writes.pop_front()
+    }
+
+    /// The next packet for another thread's site, with that thread: it goes to that
+    /// thread's [`DataPath::handle_tun_packet`] as it is.
+    pub fn poll_handoff(&mut self) -> Option<(usize, BytesMut)> {
+        self.handoffs.pop_front()
     }
 
     /// The next lane whose connection the shell should close, and why.
@@ -1300,6 +1346,11 @@ impl DataPath {
             .iter()
             .position(|s| s.id == id && s.served)
             .map(|i| SiteIdx(i as u32))
+    }
+
+    /// Whether this thread serves the site (see [`Shard`]).
+    pub fn owns(&self, site: SiteIdx) -> bool {
+        Shard::of(site, self.shard.count) == self.shard.index
     }
 
     /// Whether the site is served (a reload may have removed it).
@@ -1890,6 +1941,7 @@ pub(crate) mod tests {
             lane_queue_limit: LANE_QUEUE_LIMIT,
             green_inner_dscp: vec![46],
             abe: AbeSettings::default(),
+            shard: Shard::ONLY,
         }
     }
 
@@ -2017,6 +2069,55 @@ pub(crate) mod tests {
         let mut v6 = udp_v6(100);
         v6[24..40].copy_from_slice(&"fd00::9".parse::<Ipv6Addr>().expect("ip").octets());
         assert_eq!(sent_on(&mut e, &v6, Instant::ZERO), Some(b));
+    }
+
+    #[test]
+    fn an_exit_thread_hands_packets_for_another_threads_site_over_and_refuses_its_lanes() {
+        let thread = |index| {
+            DataPath::new(EngineConfig {
+                shard: Shard { index, count: 2 },
+                ..config(Role::Exit, Algorithm::RoundRobin)
+            })
+        };
+        // Site a (index 0) is thread 0's, site b (index 1) thread 1's.
+        let (mut first, mut second) = (thread(0), thread(1));
+        assert!(first.owns(SiteIdx(0)) && !first.owns(SiteIdx(1)));
+        assert!(second.owns(SiteIdx(1)) && !second.owns(SiteIdx(0)));
+        let a_on_second = LaneUp {
+            site: "a",
+            uplink: "up0",
+            colour: Colour::Blue,
+            rank: 0,
+            rate_kbps: None,
+        };
+        assert_eq!(second.handle_lane_up(a_on_second, Instant::ZERO), None);
+        let a = up(&mut first, "a", 1400);
+        up(&mut second, "b", 1400);
+
+        // Read by the second thread: handed to the first as it was read, not dropped.
+        send(&mut second, &to_site_a(), Instant::ZERO);
+        assert!(transmits(&mut second).is_empty());
+        let (to, datagram) = second.poll_handoff().expect("handed over");
+        assert_eq!(to, 0);
+        assert_eq!(&datagram[DATAGRAM_HEADER_LEN..], &to_site_a()[..]);
+        assert_eq!(second.poll_handoff(), None);
+        assert!(DropReason::ALL.iter().all(|&r| second.dropped(r) == 0));
+        first.handle_tun_packet(datagram, Instant::ZERO);
+        assert_eq!(first.poll_handoff(), None);
+        assert_eq!(transmits(&mut first).first().map(|t| t.lane), Some(a));
+
+        second.handle_handoff_refused();
+        assert_eq!(second.dropped(DropReason::HandoffFull), 1);
+        // Sites a reload adds are spread the same way: c (index 2) is the first's.
+        let mut specs = config(Role::Exit, Algorithm::RoundRobin).sites;
+        specs.push(SiteSpec {
+            id: "c".into(),
+            prefixes: vec!["198.18.9.0/24".parse().expect("net")],
+        });
+        for thread in [&mut first, &mut second] {
+            thread.handle_sites(&specs, at(1));
+        }
+        assert!(first.owns(SiteIdx(2)) && !second.owns(SiteIdx(2)));
     }
 
     #[test]

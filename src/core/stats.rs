@@ -26,6 +26,19 @@ impl DelayHistogram {
         self.sum += delay;
     }
 
+    /// Adds what `now` observed beyond `before` (an earlier copy of the same
+    /// histogram).
+    pub fn add_since(&mut self, now: &DelayHistogram, before: &DelayHistogram) {
+        for (bucket, (n, b)) in self
+            .buckets
+            .iter_mut()
+            .zip(now.buckets.iter().zip(&before.buckets))
+        {
+            *bucket += n.saturating_sub(*b);
+        }
+        self.sum += now.sum.saturating_sub(before.sum);
+    }
+
     /// How many delays were observed.
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
@@ -60,10 +73,13 @@ pub enum DropReason {
     /// The TUN device refused to take it for a reason other than a full queue (the
     /// kernel found the packet invalid, or the device is going away).
     TunRefused,
+    /// At an exit with several data-path threads: the thread serving the packet's site
+    /// had a full inbox (`exit.threads`).
+    HandoffFull,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::Malformed,
         DropReason::LinkLocal,
         DropReason::NoLane,
@@ -74,6 +90,7 @@ impl DropReason {
         DropReason::Spoofed,
         DropReason::Unauthenticated,
         DropReason::TunRefused,
+        DropReason::HandoffFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -88,6 +105,7 @@ impl DropReason {
             DropReason::Spoofed => "spoofed",
             DropReason::Unauthenticated => "unauthenticated",
             DropReason::TunRefused => "tun_refused",
+            DropReason::HandoffFull => "handoff_full",
         }
     }
 }
