@@ -6,10 +6,12 @@ server) and down.
 For every uplink count, every round and every build in turn: the testbed comes up
 with that build, and each combination of flow count and direction runs for
 --seconds. Printed per run: goodput (Mbit/s, iperf3's receiver) and the CPU time
-both gateways used per GB carried (user + system, from /proc), which is what a
+the gateways used per GB carried (user + system, from /proc), which is what a
 change to the per-packet path moves even when the machine, not braid, limits the
-goodput. With --baseline, the ratios of this build to the baseline come last
-(medians over rounds).
+goodput, and the exit's CPU time per second of the run ("exit cores": above 1, its
+work ran on more than one core at once) with its three busiest threads' shares (an
+exit's data-path threads, and tokio's workers running QUIC). With --baseline, the
+ratios of this build to the baseline come last (medians over rounds).
 
 Usage (root): integration/bench_throughput.py --braid target/release/braid
               [--baseline OLD/braid] [--uplinks 2,3] [--flows 1,4]
@@ -54,6 +56,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def thread_cpu(pid):
+    """CPU seconds of each thread of a process so far, by thread id."""
+    cpu = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            cpu[tid] = cpu_seconds(f"{pid}/task/{tid}")
+        except FileNotFoundError:
+            pass  # ended meanwhile
+    return cpu
+
+
 def gateway_pids(sites):
     gateways = ["site1", "exit"] + (["site2"] if sites == 2 else [])
     pids = []
@@ -65,14 +78,17 @@ def gateway_pids(sites):
 
 def run_flows(flows, direction, seconds, sites):
     """One iperf3 run from each site at once: (goodput Mbit/s summed over the sites,
-    gateways' CPU seconds per GB)."""
+    gateways' CPU seconds per GB, the exit's CPU seconds per second, and those of
+    its three busiest threads)."""
     clients = [("cl", 5201), ("c2", 5202)][:sites]
     servers = [subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1", "-p", str(port)),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for _, port in clients]
     time.sleep(0.5)
     pids = gateway_pids(sites)
-    cpu_before = sum(cpu_seconds(p) for p in pids)
+    cpu_before = [cpu_seconds(p) for p in pids]
+    exit_threads_before = thread_cpu(pids[1])
+    started = time.monotonic()
     runs = []
     for client, port in clients:
         args = ["iperf3", "-c", SERVER, "-p", str(port), "-C", "cubic", "-P", str(flows),
@@ -81,13 +97,17 @@ def run_flows(flows, direction, seconds, sites):
             args.append("-R")
         runs.append(subprocess.Popen(inns(NAME, client, *args), stdout=subprocess.PIPE, text=True))
     reports = [json.loads(run.communicate()[0]) for run in runs]
-    cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
+    cpu = [cpu_seconds(p) - before for p, before in zip(pids, cpu_before)]
+    elapsed = time.monotonic() - started
+    exit_cores = cpu[1] / elapsed
+    busiest = sorted(((c - exit_threads_before.get(t, 0)) / elapsed for t, c in thread_cpu(pids[1]).items()),
+                     reverse=True)[:3]
     for server in servers:
         server.wait(timeout=10)
     received = [r["end"]["sum_received"] for r in reports]
     gigabytes = sum(r["bytes"] for r in received) / 1e9
     mbps = sum(r["bits_per_second"] for r in received) / 1e6
-    return mbps, cpu / gigabytes if gigabytes else float("nan")
+    return mbps, sum(cpu) / gigabytes if gigabytes else float("nan"), exit_cores, busiest
 
 
 def instructions(example, packets):
@@ -124,7 +144,8 @@ def main():
     directions = args.directions.split(",")
     # (uplinks, flows, direction, build) -> [(Mbit/s, CPU s/GB) per round]
     results = {}
-    print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'build':>8} {'round':>5} {'Mbit/s':>8} {'CPU s/GB':>9}")
+    print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'build':>8} {'round':>5} {'Mbit/s':>8} {'CPU s/GB':>9} "
+          f"{'exit cores':>10}  busiest exit threads")
     for uplinks in [int(u) for u in args.uplinks.split(",")]:
         for rnd in range(1, args.rounds + 1):
             for build, (braid, exit_threads) in builds.items():
@@ -138,10 +159,12 @@ def main():
                     sh("bash", TESTBED, "start", NAME, env=env)
                     for n in flows:
                         for direction in directions:
-                            mbps, cpu_per_gb = run_flows(n, direction, args.seconds, args.sites)
+                            mbps, cpu_per_gb, exit_cores, busiest = run_flows(n, direction, args.seconds,
+                                                                              args.sites)
                             results.setdefault((uplinks, n, direction, build), []).append((mbps, cpu_per_gb))
                             print(f"{uplinks:>7} {n:>5} {direction:>4} {build:>8} {rnd:>5} "
-                                  f"{mbps:8.0f} {cpu_per_gb:9.2f}", flush=True)
+                                  f"{mbps:8.0f} {cpu_per_gb:9.2f} {exit_cores:10.2f}  "
+                                  f"{' '.join(f'{b:.2f}' for b in busiest)}", flush=True)
                 finally:
                     sh("bash", TESTBED, "down", NAME, env=env, check=False)
     if "baseline" not in builds:

@@ -433,14 +433,17 @@ fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
         "{}",
         tb.log("exit.log")
     );
-    // Both threads' lanes in one status, each under its site.
-    let json = tb.ok("ex", &[braid_bin(), "status", "--json"]);
-    let status: serde_json::Value = serde_json::from_str(&json).expect("JSON");
-    let lanes = |site: usize| status["sites"][site]["lanes"].as_array().map(Vec::len);
-    assert_eq!(
-        (lanes(0), lanes(1)),
-        (Some(4), Some(2)),
-        "site1's two uplinks and site2's one, green and blue: {json}"
+    // Both threads' lanes in one status (renewed every second), each under its site.
+    let lanes = || {
+        let json = tb.ok("ex", &[braid_bin(), "status", "--json"]);
+        let status: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+        let site = |i: usize| status["sites"][i]["lanes"].as_array().map(Vec::len);
+        ((site(0), site(1)), json)
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || lanes().0 == (Some(4), Some(2))),
+        "site1's two uplinks and site2's one, green and blue: {}",
+        lanes().1
     );
     let (code, health) = tb.admin_get("ex", "/healthz");
     assert_eq!(
@@ -452,6 +455,30 @@ fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
         let sample = format!("braid_uplink_up{{site=\"{site}\",uplink=\"{uplink}\"}}");
         assert_eq!(tb.metric("ex", &sample), 1.0, "{sample}");
     }
+    // The second site's pacing table reaches the thread serving it, which reports
+    // its applications.
+    let token = std::fs::read_to_string(tb.path("admin.token")).expect("token file");
+    let table = r#"{"version": 3, "apps": [{"name": "bulk",
+        "match": {"proto": "udp", "remote_ports": "6001"}, "rate_down_kbps": 2000}]}"#;
+    let (code, body) = tb.admin_request(
+        "ex",
+        "PUT",
+        "/v1/sites/site2/pacing",
+        Some(token.trim()),
+        table.as_bytes(),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            tb.admin_get("ex", "/v1/sites/site2/apps")
+                .1
+                .contains("\"bulk\"")
+        }),
+        "{:?}",
+        tb.admin_get("ex", "/v1/sites/site2/apps")
+    );
+    let target = "braid_app_rate_target_bps{app=\"bulk\",direction=\"down\",site=\"site2\"}";
+    assert_eq!(tb.metric("ex", target), 2_000_000.0);
 
     // Site 2's host claims an address of site 1; its entry forwards whatever its LAN
     // sends, so only the exit stands between it and the server.

@@ -438,15 +438,11 @@ impl Driver {
                 continue;
             }
             let batch = std::mem::take(packets);
-            if let Err(e) = self.links.inboxes[thread].try_send(batch) {
-                let lost = match e {
-                    mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => {
-                        b.len()
-                    }
-                };
-                for _ in 0..lost {
-                    self.engine.handle_handoff_refused();
-                }
+            let n = batch.len();
+            if self.links.inboxes[thread].try_send(batch).is_ok() {
+                self.offload_counts.handed_over += n as u64;
+            } else {
+                self.engine.handle_handoff_refused(n);
             }
         }
     }

@@ -60,6 +60,8 @@ pub struct Metrics {
     /// `tun_super_packets_total{direction}` and `tun_offload_packets_total{direction}`,
     /// by [`TunOffload`] field order: read, write.
     tun_super_packets: [IntCounter; 2],
+    /// `tun_handoff_packets_total`.
+    tun_handoff_packets: IntCounter,
     tun_offload_packets: [IntCounter; 2],
     app_target: IntGaugeVec,
     app_tx_bytes: IntCounterVec,
@@ -308,6 +310,15 @@ impl Metrics {
                     "pacing_state_set_aside_total",
                     "Pacing state files that could not be read at start: the gateway \
                      started without tables and kept the file as NAME.corrupt",
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            tun_handoff_packets: {
+                let c = IntCounter::new(
+                    "tun_handoff_packets_total",
+                    "Packets an exit's data-path thread read from its TUN queue for a site \
+                     another thread serves, and handed to that thread",
                 )?;
                 registry.register(Box::new(c.clone()))?;
                 c
@@ -597,6 +608,7 @@ pub struct Export {
     queue_delay: [DelayHistogram; 2],
     /// The offload counts last copied: (super-packets, packets in them), read and write.
     offload: [(u64, u64); 2],
+    handed_over: u64,
     drops: [u64; DropReason::ALL.len()],
     /// The colour counts last copied, by `Colour as usize`.
     colour_packets: [u64; 2],
@@ -621,6 +633,8 @@ pub struct TunOffload {
     pub read_packets: u64,
     pub write_super: u64,
     pub write_packets: u64,
+    /// Packets read for another data-path thread's site and handed to it.
+    pub handed_over: u64,
 }
 
 struct LaneExport {
@@ -645,6 +659,7 @@ impl Export {
             lanes_up: 0,
             queue_delay: [DelayHistogram::default(); 2],
             offload: [(0, 0); 2],
+            handed_over: 0,
             drops: [0; DropReason::ALL.len()],
             colour_packets: [0; 2],
             colour_fallbacks: [0; 2],
@@ -707,8 +722,7 @@ impl Export {
         }
     }
 
-    /// Copies what changed since the last call.
-    /// Copies the driver's TUN offload counts.
+    /// Copies the driver's TUN offload and handoff counts.
     pub fn copy_offload(&mut self, counts: &TunOffload) {
         let now = [
             (counts.read_super, counts.read_packets),
@@ -720,8 +734,13 @@ impl Export {
             self.metrics.tun_offload_packets[i].inc_by(packets - old_packets);
             self.offload[i] = (supers, packets);
         }
+        self.metrics
+            .tun_handoff_packets
+            .inc_by(counts.handed_over - self.handed_over);
+        self.handed_over = counts.handed_over;
     }
 
+    /// Copies what changed since the last call.
     pub fn copy(&mut self, engine: &DataPath) {
         self.add_sites(engine);
         for reason in DropReason::ALL {

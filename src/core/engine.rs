@@ -1280,10 +1280,10 @@ impl DataPath {
         self.count_drop(DropReason::NoLane);
     }
 
-    /// Counts a packet the shell could not hand to the thread serving its site (that
-    /// thread's inbox was full).
-    pub fn handle_handoff_refused(&mut self) {
-        self.count_drop(DropReason::HandoffFull);
+    /// Counts `packets` the shell could not hand to the thread serving their site
+    /// (that thread's inbox was full).
+    pub fn handle_handoff_refused(&mut self, packets: usize) {
+        self.dropped[DropReason::HandoffFull as usize] += packets as u64;
     }
 
     // ---- outputs ------------------------------------------------------------------
@@ -2106,8 +2106,8 @@ pub(crate) mod tests {
         assert_eq!(first.poll_handoff(), None);
         assert_eq!(transmits(&mut first).first().map(|t| t.lane), Some(a));
 
-        second.handle_handoff_refused();
-        assert_eq!(second.dropped(DropReason::HandoffFull), 1);
+        second.handle_handoff_refused(3);
+        assert_eq!(second.dropped(DropReason::HandoffFull), 3);
         // Sites a reload adds are spread the same way: c (index 2) is the first's.
         let mut specs = config(Role::Exit, Algorithm::RoundRobin).sites;
         specs.push(SiteSpec {
