@@ -9,8 +9,9 @@ with that build, and each combination of flow count and direction runs for
 the gateways used per GB carried (user + system, from /proc), which is what a
 change to the per-packet path moves even when the machine, not braid, limits the
 goodput, and the exit's CPU time per second of the run ("exit cores": above 1, its
-work ran on more than one core at once) with its three busiest threads' shares (an
-exit's data-path threads, and tokio's workers running QUIC). With --baseline, the
+work ran on more than one core at once), that of its main thread (which runs the
+first data-path thread) and of its two busiest other threads (tokio's workers, which
+run QUIC and any further data-path threads). With --baseline, the
 ratios of this build to the baseline come last (medians over rounds).
 
 Usage (root): integration/bench_throughput.py --braid target/release/braid
@@ -79,7 +80,7 @@ def gateway_pids(sites):
 def run_flows(flows, direction, seconds, sites):
     """One iperf3 run from each site at once: (goodput Mbit/s summed over the sites,
     gateways' CPU seconds per GB, the exit's CPU seconds per second, and those of
-    its three busiest threads)."""
+    its main thread and two busiest other threads)."""
     clients = [("cl", 5201), ("c2", 5202)][:sites]
     servers = [subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1", "-p", str(port)),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -88,6 +89,7 @@ def run_flows(flows, direction, seconds, sites):
     pids = gateway_pids(sites)
     cpu_before = [cpu_seconds(p) for p in pids]
     exit_threads_before = thread_cpu(pids[1])
+    main_before = exit_threads_before.get(str(pids[1]), 0)
     started = time.monotonic()
     runs = []
     for client, port in clients:
@@ -100,8 +102,12 @@ def run_flows(flows, direction, seconds, sites):
     cpu = [cpu_seconds(p) - before for p, before in zip(pids, cpu_before)]
     elapsed = time.monotonic() - started
     exit_cores = cpu[1] / elapsed
-    busiest = sorted(((c - exit_threads_before.get(t, 0)) / elapsed for t, c in thread_cpu(pids[1]).items()),
-                     reverse=True)[:3]
+    threads = thread_cpu(pids[1])
+    # The main thread runs the first data-path thread; tokio's workers run QUIC and
+    # any further data-path threads.
+    main = (threads.pop(str(pids[1]), main_before) - main_before) / elapsed
+    busiest = [main] + sorted(((c - exit_threads_before.get(t, 0)) / elapsed for t, c in threads.items()),
+                              reverse=True)[:2]
     for server in servers:
         server.wait(timeout=10)
     received = [r["end"]["sum_received"] for r in reports]
@@ -145,7 +151,7 @@ def main():
     # (uplinks, flows, direction, build) -> [(Mbit/s, CPU s/GB) per round]
     results = {}
     print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'build':>8} {'round':>5} {'Mbit/s':>8} {'CPU s/GB':>9} "
-          f"{'exit cores':>10}  busiest exit threads")
+          f"{'exit cores':>10}  exit: main thread, two busiest others")
     for uplinks in [int(u) for u in args.uplinks.split(",")]:
         for rnd in range(1, args.rounds + 1):
             for build, (braid, exit_threads) in builds.items():

@@ -173,12 +173,11 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 (ThreadInputs { events, commands }, (events_rx, commands_rx))
             })
             .unzip();
-        let ids = sites.iter().map(|s| s.id.clone()).collect();
         tasks.spawn(dispatch::run(
             events_rx,
             commands_rx,
             routes,
-            ids,
+            site_ids.clone(),
             shutdown.clone(),
         ));
         inputs
@@ -244,7 +243,6 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     first.run(shutdown.clone()).await;
     shutdown.cancel();
     while others.join_next().await.is_some() {}
-    shutdown.cancel();
     dialer_tasks.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}

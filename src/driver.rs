@@ -119,8 +119,9 @@ pub struct ThreadLinks {
     pub inbox: mpsc::Receiver<Handoff>,
     /// Every thread's inbox, by thread (this one's too, unused).
     pub inboxes: Vec<mpsc::Sender<Handoff>>,
-    /// When each thread last turned its loop, in [`Clock`] nanoseconds: the first
-    /// thread tells systemd's watchdog all is well only while every thread turns.
+    /// When each thread last reached its watchdog instant, in [`Clock`] nanoseconds:
+    /// the first thread tells systemd's watchdog all is well only while every
+    /// thread's loop keeps turning.
     pub beats: Arc<[AtomicU64]>,
 }
 

@@ -224,6 +224,20 @@ mod tests {
     }
 
     #[test]
+    fn the_exits_thread_count_applies_at_the_next_restart() {
+        let dir = Dir::new();
+        let running = dir.exit("braid0", "");
+        let mut new = running.clone();
+        if let RoleConfig::Exit(exit) = &mut new.role {
+            exit.threads = Some(2);
+        }
+        let plan = ReloadPlan::new(&running, &new);
+        assert_eq!(plan.at_restart, ["listen.threads"]);
+        assert!(plan.fixed.is_empty(), "{plan:?}");
+        assert_eq!(plan.running_after(&running, &new), running);
+    }
+
+    #[test]
     fn sites_routes_and_pacing_apply() {
         let dir = Dir::new();
         let running = dir.exit("braid0", "routes = [\"10.9.0.0/16\"]\n");

@@ -13,7 +13,9 @@
 //! - Outputs, polled: datagrams to send on a lane ([`DataPath::poll_transmit`]),
 //!   packets (and ICMP errors) to write to the TUN device
 //!   ([`DataPath::poll_tun_write`]), lanes to close ([`DataPath::poll_lane_close`]),
-//!   the next instant it wants to be woken ([`DataPath::poll_timeout`]), and counters.
+//!   packets for a site another of an exit's threads serves ([`DataPath::poll_handoff`],
+//!   see [`Shard`]), the next instant it wants to be woken ([`DataPath::poll_timeout`]),
+//!   and counters.
 //!
 //! Everything that decides lives here: admission, classification and pacing per
 //! application, scheduling, lane liveness and replacement, the lane queue limit, flow
