@@ -522,6 +522,32 @@ fn two_sites_share_the_exit_and_neither_can_use_the_others_addresses() {
     );
 }
 
+#[test]
+fn an_exit_refused_a_multi_queue_tun_device_serves_every_site_on_one_thread() {
+    let tb = Testbed::up(
+        "e2emq",
+        &[("RATES", "0 0"), ("SITES", "2"), ("EXIT_THREADS", "2")],
+    );
+    // A device of that name that exists with one queue: the kernel refuses to
+    // attach a multi-queue file to it.
+    tb.ok(
+        "ex",
+        &["ip", "tuntap", "add", "dev", "braid0", "mode", "tun"],
+    );
+    tb.start();
+    ping_ok(&tb, "sv", CLIENT_V4, 5);
+    ping_ok(&tb, "sv", CLIENT2_V4, 5);
+    let log = tb.log("exit.log");
+    assert!(
+        log.contains("the kernel refused a multi-queue TUN device; one data-path thread"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("sites spread over data-path threads"),
+        "{log}"
+    );
+}
+
 /// A runtime for a test's own QUIC peers, on the thread that entered a namespace.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -122,6 +122,8 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             return Err(e);
         }
     };
+    // One thread per queue the kernel gave.
+    let threads = tuns.len();
     let tun_name = tuns[0].name().to_string();
     if threads > 1 {
         info!(threads, "sites spread over data-path threads");

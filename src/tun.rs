@@ -30,16 +30,17 @@ pub struct Tun {
 
 impl Tun {
     /// Creates the device with `queues` queues (one per data-path thread) and
-    /// configures it; `routes` are sent into the tunnel. One `Tun` per queue.
+    /// configures it; `routes` are sent into the tunnel. One `Tun` per queue: fewer
+    /// than asked (at least one, logged) if the kernel refuses more.
     pub async fn open(
         cfg: &TunConfig,
         routes: &[IpNet],
         queues: usize,
     ) -> anyhow::Result<Vec<Tun>> {
-        let multi_queue = queues > 1;
+        let mut multi_queue = queues > 1;
         let mut name = cfg.name.clone();
         let mut files = Vec::with_capacity(queues);
-        for _ in 0..queues.max(1) {
+        while files.len() < queues.max(1) {
             let file = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -48,9 +49,30 @@ impl Tun {
                 .with_context(|| format!("opening TUN device {name} (are you root?)"))?;
             // The first file creates the device (a `%d` in its name picks a number),
             // the others attach to it by the name it got.
-            name = crate::sys::tun_attach(&file, &name, multi_queue)
-                .with_context(|| format!("creating TUN device {name} (are you root?)"))?;
-            files.push(file);
+            match crate::sys::tun_attach(&file, &name, multi_queue) {
+                Ok(attached) => {
+                    name = attached;
+                    files.push(file);
+                    if !multi_queue {
+                        break;
+                    }
+                }
+                Err(e) if !files.is_empty() => {
+                    warn!(tun = name, error = %e, queues = files.len(),
+                        "the kernel refused another TUN queue; fewer data-path threads");
+                    break;
+                }
+                // Tried again as a device of one queue.
+                Err(e) if multi_queue => {
+                    warn!(tun = name, error = %e,
+                        "the kernel refused a multi-queue TUN device; one data-path thread");
+                    multi_queue = false;
+                }
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("creating TUN device {name} (are you root?)"));
+                }
+            }
         }
         // Without offloads every packet is read and written alone, as before them.
         // They are the device's: asked once, they hold for every queue.
