@@ -19,7 +19,7 @@ use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{Config, RoleConfig};
 use crate::core::engine::{
-    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, SiteIdx, SiteSpec,
+    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, Shard, SiteIdx, SiteSpec,
 };
 use crate::core::time::Instant;
 use crate::dispatch::{self, ThreadInputs};
@@ -189,20 +189,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         .zip(ThreadLinks::all(threads))
         .zip(inputs)
         .map(|((tun, links), (events, commands))| {
-            let mut engine = DataPath::new(EngineConfig {
-                role,
-                sites: sites.clone(),
-                tun_mtu: config.tun.mtu as usize,
-                algorithm: config.scheduler.algorithm,
-                flow_idle_timeout: config.scheduler.flow_idle_timeout,
-                max_flows: config.scheduler.max_flows,
-                default_rate_kbps: Some(config.pacing.default_rate_kbps),
-                lane_stall: LANE_STALL,
-                lane_queue_limit: LANE_QUEUE_LIMIT,
-                green_inner_dscp: config.abe.green_inner_dscp.clone(),
-                abe: config.abe.queues,
-                shard: links.shard,
-            });
+            let mut engine = DataPath::new(engine_config(&config, role, &sites, links.shard));
             for (site, table) in &tables {
                 if let Some(i) = site_ids.iter().position(|s| s == site)
                     && engine.owns(SiteIdx(i as u32))
@@ -257,6 +244,24 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// What a data-path thread's engine is built from.
+fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) -> EngineConfig {
+    EngineConfig {
+        role,
+        sites: sites.to_vec(),
+        tun_mtu: config.tun.mtu as usize,
+        algorithm: config.scheduler.algorithm,
+        flow_idle_timeout: config.scheduler.flow_idle_timeout,
+        max_flows: config.scheduler.max_flows,
+        default_rate_kbps: Some(config.pacing.default_rate_kbps),
+        lane_stall: LANE_STALL,
+        lane_queue_limit: LANE_QUEUE_LIMIT,
+        green_inner_dscp: config.abe.green_inner_dscp.clone(),
+        abe: config.abe.queues,
+        shard,
+    }
 }
 
 /// The ids of an exit's sites, as its admission checks them.
