@@ -608,6 +608,7 @@ pub struct Export {
     queue_delay: [DelayHistogram; 2],
     /// The offload counts last copied: (super-packets, packets in them), read and write.
     offload: [(u64, u64); 2],
+    /// The handoff count last copied.
     handed_over: u64,
     drops: [u64; DropReason::ALL.len()],
     /// The colour counts last copied, by `Colour as usize`.
