@@ -82,8 +82,11 @@ fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::engine::SiteSpec;
+    use crate::core::engine::tests::config;
+    use crate::core::engine::{DataPath, Role, SiteSpec};
     use crate::core::pacing_table::PacingTable;
+    use crate::core::sched::Algorithm;
+    use crate::core::time::Instant;
 
     fn spec(id: &str) -> SiteSpec {
         SiteSpec {
@@ -108,14 +111,24 @@ mod tests {
             .map(|r| r.0)
             .collect();
         assert_eq!(threads, [0, 1, 2]);
-        // A reload that removes b and adds d: d takes the next index, as in the
-        // engines, and b keeps its own.
-        let routed = route(
-            DriverCommand::ServeSites(vec![spec("a"), spec("c"), spec("d")]),
-            2,
-            &mut ids,
-        );
-        assert_eq!(routed.len(), 2);
+    }
+
+    #[test]
+    fn reloads_give_sites_the_indexes_the_engines_give_them() {
+        let mut engine = DataPath::new(config(Role::Exit, Algorithm::RoundRobin));
+        let mut ids: Vec<String> = engine.sites().map(|(_, id)| id.to_string()).collect();
+        // b removed and c added, then b back and d added: a site keeps its index,
+        // a new one takes the next.
+        for reload in [
+            vec![spec("a"), spec("c")],
+            vec![spec("b"), spec("d"), spec("c")],
+        ] {
+            let routed = route(DriverCommand::ServeSites(reload.clone()), 2, &mut ids);
+            assert_eq!(routed.len(), 2, "every thread");
+            engine.handle_sites(&reload, Instant::ZERO);
+            let engine_ids: Vec<&str> = engine.sites().map(|(_, id)| id).collect();
+            assert_eq!(ids, engine_ids);
+        }
         assert_eq!(ids, ["a", "b", "c", "d"]);
     }
 }

@@ -1,7 +1,7 @@
 //! Prometheus metrics of SPEC §10 (prefix `braid_`). Children are created once per
 //! lane or reason and kept, so the per-packet cost is one atomic add.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
@@ -67,7 +67,7 @@ pub struct Metrics {
     app_tx_bytes: IntCounterVec,
     app_queue: IntGaugeVec,
     app_drops: IntCounterVec,
-    lanes_up: AtomicUsize,
+    lanes_up: AtomicI64,
 }
 
 /// The metric children of one application of a site in one direction.
@@ -376,7 +376,7 @@ impl Metrics {
                 registry.register(Box::new(c.clone()))?;
                 c
             },
-            lanes_up: AtomicUsize::new(0),
+            lanes_up: AtomicI64::new(0),
             registry,
         })
     }
@@ -460,15 +460,9 @@ impl Metrics {
             .collect()
     }
 
-    /// Records how many lanes are up, for `/healthz`.
-    /// Lanes up changed by `delta` on one data-path thread.
+    /// Adds a data-path thread's change in lanes up (`/healthz` reads the sum).
     fn add_lanes_up(&self, delta: i64) {
-        if delta >= 0 {
-            self.lanes_up.fetch_add(delta as usize, Ordering::Relaxed);
-        } else {
-            self.lanes_up
-                .fetch_sub(delta.unsigned_abs() as usize, Ordering::Relaxed);
-        }
+        self.lanes_up.fetch_add(delta, Ordering::Relaxed);
     }
 
     /// Counts an admin request answered with `status`.
@@ -489,7 +483,8 @@ impl Metrics {
     }
 
     pub fn lanes_up(&self) -> usize {
-        self.lanes_up.load(Ordering::Relaxed)
+        // Each thread adds only what it counted up before: never below zero.
+        usize::try_from(self.lanes_up.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// The Prometheus text exposition of every metric.

@@ -555,6 +555,11 @@ mod tests {
             .pick(FlowKey(7), 1000, 9, &lanes, at(243 + 240))
             .expect("pick");
         assert_eq!((p.kind, p.gap), (DecisionKind::SameLane, 0));
+        // A flow that was never moved is not numbered, pause or not.
+        let p = s.pick(FlowKey(9), 1000, 10, &lanes, at(250)).expect("pick");
+        assert_eq!(p.gap, 0);
+        let p = s.pick(FlowKey(9), 1000, 11, &lanes, at(500)).expect("pick");
+        assert_eq!((p.kind, p.gap), (DecisionKind::SameLane, 0));
 
         // The paper's AFMT leaves a single flow on its lane, however backed up.
         let mut s = afmt();
