@@ -32,7 +32,7 @@ per second, like the paper's Figure 4). "Capacity left to the tunnel" is the sum
 uplinks' rates over the run minus the bytes the background flow carried; AFMT's target
 is at least 80 % of it. Below the table: the exit's drops by reason and its lanes' QUIC
 losses (the downloads' sending side) and the entry's resequencing outcomes; the JSON
-has the lanes' SRTT, window and losses per second.
+has the lanes' SRTT, window and losses per second, and the exit's drops per second.
 """
 import argparse
 import json
@@ -79,11 +79,13 @@ def lane_bytes(name, uplink, text=None):
     return metric(name, "ex", f'braid_lane_tx_bytes_total{{colour="blue",site="site1",uplink="up{uplink}"}}', text)
 
 
-def sample_uplinks(name, n, done, into):
+def sample_uplinks(name, n, done, into, drops):
     """Once a second until `done`: per uplink, the exit's bytes sent, SRTT (ms), cwnd
-    (bytes) and QUIC packets lost so far."""
+    (bytes) and QUIC packets lost so far; into `drops`, the exit's packets dropped so
+    far (every reason)."""
     while not done.wait(1):
         text = metrics_text(name, "ex")
+        drops.append(metric(name, "ex", "braid_packets_dropped_total", text))
         lane = lambda family, i: metric(name, "ex", f'braid_{family}{{colour="blue",site="site1",uplink="up{i}"}}', text)
         into.append([{"tx_bytes": lane_bytes(name, i, text), "srtt_ms": 1000 * lane("lane_srtt_seconds", i),
                       "cwnd": lane("lane_cwnd_bytes", i), "lost": lane("lane_lost_packets_total", i)}
@@ -177,6 +179,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
             before["rx"] = metric(name, "en", "braid_lane_rx_packets_total")
             before["lanes"] = [lane_bytes(name, i) for i in range(1, len(rates) + 1)]
             before["counters"] = counter_snapshot(name)
+            before["drops"] = metric(name, "ex", "braid_packets_dropped_total")
         results = {}
 
         def background():
@@ -187,8 +190,8 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
 
         t = threading.Thread(target=background if with_background else lambda: None)
         t.start()
-        uplinks, done = [], threading.Event()
-        sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks))
+        uplinks, drops, done = [], [], threading.Event()
+        sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks, drops))
         if algorithm != "no-tunnel":
             sampler.start()
         demands = VARIANTS[variant].get("demands")
@@ -208,6 +211,9 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         bg_bytes = results.get("background", {}).get("end", {}).get("sum_received", {}).get("bytes", 0)
         row = {"algorithm": label, "bytes": received, "per_second": per_second,
                "retransmits": retransmits, "background_bytes": bg_bytes, "uplinks_per_second": uplinks}
+        if drops:
+            # Where in the run the exit dropped: the losses the inner flows saw inside braid.
+            row["exit_drops_per_second"] = [int(b - a) for a, b in zip([before["drops"]] + drops, drops)]
         if demands:
             row["flows"] = [{"demand_mbps": d, "mbps": r["end"]["sum_received"]["bits_per_second"] / 1e6}
                             for d, r in zip(demands, runs)]
