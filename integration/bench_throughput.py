@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Throughput and CPU cost per byte of braid builds, side by side, in the namespace
 testbed: unshaped uplinks, CUBIC iperf3 flows through the tunnel, up (site to
-server) and down.
+server), down, and both at once (`--directions both`, iperf3's `--bidir`).
 
 For every uplink count, every round and every build in turn: the testbed comes up
 with that build, and each combination of flow count and direction runs for
@@ -11,12 +11,13 @@ change to the per-packet path moves even when the machine, not braid, limits the
 goodput, and the exit's CPU time per second of the run ("exit cores": above 1, its
 work ran on more than one core at once), that of its main thread (which runs the
 first data-path thread) and of its two busiest other threads (tokio's workers, which
-run QUIC and any further data-path threads). With --baseline, the
+run QUIC and any further data-path threads), and the entry's main thread (its
+data-path thread, which takes both directions). With --baseline, the
 ratios of this build to the baseline come last (medians over rounds).
 
 Usage (root): integration/bench_throughput.py --braid target/release/braid
               [--baseline OLD/braid] [--uplinks 2,3] [--flows 1,4]
-              [--directions up,down] [--seconds 10] [--rounds 1] [--callgrind 20000]
+              [--directions up,down,both] [--seconds 10] [--rounds 1] [--callgrind 20000]
               [--sites 2] [--exit-threads N] [--baseline-exit-threads N]
 
 --sites 2 runs the same flows from the second site (its own entry, one uplink) at
@@ -78,9 +79,10 @@ def gateway_pids(sites):
 
 
 def run_flows(flows, direction, seconds, sites):
-    """One iperf3 run from each site at once: (goodput Mbit/s summed over the sites,
-    gateways' CPU seconds per GB, the exit's CPU seconds per second, and those of
-    its main thread and two busiest other threads)."""
+    """One iperf3 run from each site at once: (goodput Mbit/s summed over the sites
+    and directions, gateways' CPU seconds per GB, the exit's CPU seconds per second,
+    those of its main thread and two busiest other threads, and that of the entry's
+    main thread)."""
     clients = [("cl", 5201), ("c2", 5202)][:sites]
     servers = [subprocess.Popen(inns(NAME, "sv", "iperf3", "-s", "-1", "-p", str(port)),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -90,6 +92,7 @@ def run_flows(flows, direction, seconds, sites):
     cpu_before = [cpu_seconds(p) for p in pids]
     exit_threads_before = thread_cpu(pids[1])
     main_before = exit_threads_before.get(str(pids[1]), 0)
+    entry_main_before = cpu_seconds(f"{pids[0]}/task/{pids[0]}")
     started = time.monotonic()
     runs = []
     for client, port in clients:
@@ -97,11 +100,14 @@ def run_flows(flows, direction, seconds, sites):
                 "-t", str(seconds), "-J"]
         if direction == "down":
             args.append("-R")
+        elif direction == "both":
+            args.append("--bidir")
         runs.append(subprocess.Popen(inns(NAME, client, *args), stdout=subprocess.PIPE, text=True))
     reports = [json.loads(run.communicate()[0]) for run in runs]
     cpu = [cpu_seconds(p) - before for p, before in zip(pids, cpu_before)]
     elapsed = time.monotonic() - started
     exit_cores = cpu[1] / elapsed
+    entry_main = (cpu_seconds(f"{pids[0]}/task/{pids[0]}") - entry_main_before) / elapsed
     threads = thread_cpu(pids[1])
     # The main thread runs the first data-path thread; tokio's workers run QUIC and
     # any further data-path threads.
@@ -110,10 +116,11 @@ def run_flows(flows, direction, seconds, sites):
                               reverse=True)[:2]
     for server in servers:
         server.wait(timeout=10)
-    received = [r["end"]["sum_received"] for r in reports]
+    received = [r["end"][key] for r in reports for key in ("sum_received", "sum_received_bidir_reverse")
+                if key in r["end"]]
     gigabytes = sum(r["bytes"] for r in received) / 1e9
     mbps = sum(r["bits_per_second"] for r in received) / 1e6
-    return mbps, sum(cpu) / gigabytes if gigabytes else float("nan"), exit_cores, busiest
+    return mbps, sum(cpu) / gigabytes if gigabytes else float("nan"), exit_cores, busiest, entry_main
 
 
 def instructions(example, packets):
@@ -151,7 +158,7 @@ def main():
     # (uplinks, flows, direction, build) -> [(Mbit/s, CPU s/GB) per round]
     results = {}
     print(f"{'uplinks':>7} {'flows':>5} {'dir':>4} {'build':>8} {'round':>5} {'Mbit/s':>8} {'CPU s/GB':>9} "
-          f"{'exit cores':>10}  exit: main thread, two busiest others")
+          f"{'exit cores':>10}  exit: main thread, two busiest others; entry: main thread")
     for uplinks in [int(u) for u in args.uplinks.split(",")]:
         for rnd in range(1, args.rounds + 1):
             for build, (braid, exit_threads) in builds.items():
@@ -165,12 +172,12 @@ def main():
                     sh("bash", TESTBED, "start", NAME, env=env)
                     for n in flows:
                         for direction in directions:
-                            mbps, cpu_per_gb, exit_cores, busiest = run_flows(n, direction, args.seconds,
-                                                                              args.sites)
+                            mbps, cpu_per_gb, exit_cores, busiest, entry_main = run_flows(
+                                n, direction, args.seconds, args.sites)
                             results.setdefault((uplinks, n, direction, build), []).append((mbps, cpu_per_gb))
                             print(f"{uplinks:>7} {n:>5} {direction:>4} {build:>8} {rnd:>5} "
                                   f"{mbps:8.0f} {cpu_per_gb:9.2f} {exit_cores:10.2f}  "
-                                  f"{' '.join(f'{b:.2f}' for b in busiest)}", flush=True)
+                                  f"{' '.join(f'{b:.2f}' for b in busiest)}; {entry_main:.2f}", flush=True)
                 finally:
                     sh("bash", TESTBED, "down", NAME, env=env, check=False)
     if "baseline" not in builds:
