@@ -127,11 +127,75 @@ fn endpoint(
     marking: Arc<Marking>,
 ) -> anyhow::Result<quinn::Endpoint> {
     let socket = DscpSocket::new(socket, marking).context("setting up the UDP socket")?;
+    let mut config = quinn::EndpointConfig::default();
+    if server.is_none() {
+        // An entry's endpoint carries exactly one lane, so quinn can tell its packets
+        // by the exit's address alone: an empty connection ID saves 8 bytes in every
+        // packet towards the entry (0.5 % of a download's uplink capacity).
+        config.cid_generator(|| Box::new(quinn_proto::RandomConnectionIdGenerator::new(0)));
+    }
     quinn::Endpoint::new_with_abstract_socket(
-        quinn::EndpointConfig::default(),
+        config,
         server,
         Arc::new(socket),
         Arc::new(quinn::TokioRuntime),
     )
     .context("creating the QUIC endpoint")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cert::{TlsConfig, TlsMaterial, init_ca, issue};
+
+    fn material(dir: &std::path::Path, name: &str) -> TlsMaterial {
+        let (cert, key) = issue(dir, name).expect("issue");
+        let ca = dir.join("ca.pem");
+        TlsMaterial::load(&TlsConfig { ca, cert, key }).expect("load")
+    }
+
+    #[tokio::test]
+    async fn datagrams_towards_the_entry_carry_no_connection_id() {
+        let dir = std::env::temp_dir().join(format!("braid-cid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        init_ca(&dir).expect("init");
+        let (exit, site) = (material(&dir, "exit"), material(&dir, "site1"));
+        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(
+            server::tls_config(&exit).expect("server TLS"),
+        )
+        .expect("server QUIC TLS");
+        let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server_config.transport_config(Arc::new(transport_config(false)));
+        let marking = || Arc::new(Marking::Fixed(0));
+        let server = endpoint(
+            udp_socket(loopback, None).expect("socket"),
+            Some(server_config),
+            marking(),
+        )
+        .expect("server endpoint");
+        let client = endpoint(udp_socket(loopback, None).expect("socket"), None, marking())
+            .expect("client endpoint");
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(
+            client::tls_config(&site).expect("client TLS"),
+        )
+        .expect("client QUIC TLS");
+        let mut client_config = quinn::ClientConfig::new(Arc::new(crypto));
+        client_config.transport_config(Arc::new(transport_config(false)));
+        let server_addr = server.local_addr().expect("bound");
+        let connecting = client
+            .connect_with(client_config, server_addr, "exit")
+            .expect("connect");
+        let accepted = async {
+            let incoming = server.accept().await.expect("incoming");
+            incoming.await.expect("accepted")
+        };
+        let (to_exit, to_entry) = tokio::join!(connecting, accepted);
+        let to_exit = to_exit.expect("handshake");
+        let room = |c: &quinn::Connection| c.max_datagram_size().expect("datagrams");
+        // The exit's packets name no connection: they have the 8 bytes of the entry's
+        // packets, which name the exit's, for payload.
+        assert_eq!(room(&to_entry), room(&to_exit) + 8);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
