@@ -285,13 +285,19 @@ fn tcp_50mb_arrives_intact_in_each_direction() {
 
     // Both ways the sending gateway read the senders' TCP super-packets from its TUN
     // device and cut them, and the receiving one merged segments into super-packets
-    // for its own: the bytes above crossed the offloads intact.
+    // for its own: the bytes above crossed the offloads intact. Only segments that
+    // arrive in order are merged, and round-robin (`SCHEDULER=round-robin`, for
+    // comparison) reorders most of them.
+    let in_order = std::env::var("SCHEDULER").map_or(true, |s| s != "round-robin");
     for role in ["en", "ex"] {
         for direction in ["read", "write"] {
             let labels = format!("{{direction=\"{direction}\"}}");
             let supers = tb.metric(role, &format!("braid_tun_super_packets_total{labels}"));
             let packets = tb.metric(role, &format!("braid_tun_offload_packets_total{labels}"));
             println!("{role} {direction}: {packets} packets in {supers} super-packets");
+            if direction == "write" && !in_order {
+                continue;
+            }
             assert!(
                 supers > 100.0 && packets > 2.0 * supers,
                 "{role}: {packets} packets in {supers} super-packets ({direction})"
