@@ -41,7 +41,7 @@ pub fn queue_target(min_rtt: Duration) -> Duration {
 /// Window reduction on loss (Cubic's β).
 const LOSS_BACKOFF: (u64, u64) = (7, 10);
 
-/// How long the queue may stay above half the target before the lane stops yielding:
+/// How long the queue may stay above the target before the lane stops yielding:
 /// 20 round trips of the path, at least half a second.
 pub fn compete_after(min_rtt: Duration) -> Duration {
     (min_rtt * 20).max(Duration::from_millis(500))
@@ -57,7 +57,7 @@ pub struct LaneWindow {
     bytes_acked: u64,
     mtu: u64,
     initial: u64,
-    /// When the queue was last seen below half the target.
+    /// When the queue was last seen below the target.
     calm_at: Instant,
 }
 
@@ -110,7 +110,12 @@ impl LaneWindow {
         // average against 87.5 %, README).
         let rtt = srtt.min(sample);
         let queue = rtt.saturating_sub(min_rtt);
-        if sample.saturating_sub(min_rtt) < target / 2 {
+        // Short means below the target, not below the half of it that the cap
+        // keeps: the path's jitter spreads round trips above that half, and a lane
+        // alone on its uplink then took its own queue for someone else's within
+        // half a second and filled the uplink's buffer as NewReno (a 10 ms path's
+        // SRTT swung between 25 and 65 ms, README "Unequal delays").
+        if sample.saturating_sub(min_rtt) < target {
             self.calm_at = now;
         }
         if app_limited || sent <= self.recovery_start {
@@ -234,6 +239,19 @@ mod tests {
         // A queue that both show is cut as before.
         w.on_ack(at(130), at(115), 1200, false, ms(12), ms(1));
         assert_eq!(w.window(), 10_208);
+    }
+
+    #[test]
+    fn a_jittery_path_under_the_cap_is_not_taken_for_cross_traffic() {
+        // Over a 20 ms path (target 5 ms) the cap holds the queue, but jitter keeps
+        // every round trip 3 ms above the path's, above half the target, for a second.
+        let mut w = LaneWindow::new(80_000, 1200, at(0));
+        for t in (0..1_000).step_by(20) {
+            w.on_ack(at(t + 23), at(t), 1200, false, ms(23), ms(20));
+        }
+        let before = w.window();
+        w.on_ack(at(1_100), at(1_040), 1200, false, ms(60), ms(20));
+        assert!(w.window() < before, "{} >= {before}", w.window());
     }
 
     #[test]
