@@ -98,23 +98,23 @@ impl LaneWindow {
         min_rtt: Duration,
     ) {
         let target = queue_target(min_rtt);
-        // The queue was short if this acknowledgement's own round trip says so: the
-        // smoothed RTT lags, and hovers above half the target while the cap holds the
-        // queue near it, which would pass for someone else's standing queue.
         let sample = now.saturating_since(sent);
         // The standing queue is what both the smoothed RTT and this round trip show.
         // The smoothed RTT alone lags a queue that has drained by several
         // acknowledgements: after slow start overshot, each round trip of that lag
         // cut the window again, down to its minimum, and the uplink idled while it
         // grew back (one download over 0 ms paths: 82.8 % of the uplinks' sum on
-        // average against 87.5 %, README).
+        // average against 87.5 %; README, "A lane's window is no longer cut twice").
         let rtt = srtt.min(sample);
         let queue = rtt.saturating_sub(min_rtt);
-        // Short means below the target, not below the half of it that the cap
-        // keeps: the path's jitter spreads round trips above that half, and a lane
-        // alone on its uplink then took its own queue for someone else's within
-        // half a second and filled the uplink's buffer as NewReno (a 10 ms path's
-        // SRTT swung between 25 and 65 ms, README "Unequal delays").
+        // The queue was short if this acknowledgement's own round trip says so: the
+        // smoothed RTT lags, and hovers above half the target while the cap holds the
+        // queue near it, which would pass for someone else's standing queue. Short
+        // means below the target, not below the half of it that the cap keeps: the
+        // path's jitter spreads round trips above that half, and a lane alone on its
+        // uplink then took its own queue for someone else's within half a second and
+        // filled the uplink's buffer as NewReno (a 10 ms path's SRTT swung between 25
+        // and 65 ms; README, "A lane alone on a jittery path keeps its delay cap").
         if sample.saturating_sub(min_rtt) < target {
             self.calm_at = now;
         }

@@ -262,10 +262,7 @@ pub async fn open_lane(
 ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
     let socket = udp_socket(bind, device)?;
     let endpoint = endpoint(socket, None, Arc::new(Marking::Fixed(dscp)))?;
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-        .context("TLS configuration unusable for QUIC")?;
-    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config(peer.is_ipv6())));
+    let config = quic_config(tls, peer.is_ipv6())?;
     let connecting = endpoint
         .connect_with(config, peer, exit_name)
         .with_context(|| format!("connecting to {peer}"))?;
@@ -280,6 +277,18 @@ pub async fn open_lane(
         HelloReply::Accepted => Ok((conn, endpoint)),
         HelloReply::Refused { reason } => bail!("the exit refused the lane: {reason}"),
     }
+}
+
+/// A lane's QUIC configuration over an IPv6 path (`v6_path`) or an IPv4 one.
+pub fn quic_config(
+    tls: Arc<rustls::ClientConfig>,
+    v6_path: bool,
+) -> anyhow::Result<quinn::ClientConfig> {
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .context("TLS configuration unusable for QUIC")?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(Arc::new(transport_config(v6_path)));
+    Ok(config)
 }
 
 async fn say_hello(conn: &quinn::Connection, hello: &Hello) -> anyhow::Result<HelloReply> {

@@ -161,12 +161,9 @@ mod tests {
         init_ca(&dir).expect("init");
         let (exit, site) = (material(&dir, "exit"), material(&dir, "site1"));
         let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
-        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(
-            server::tls_config(&exit).expect("server TLS"),
-        )
-        .expect("server QUIC TLS");
-        let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server_config.transport_config(Arc::new(transport_config(false)));
+        let admission =
+            server::Admission::new(["site1".to_string()].into(), &exit).expect("admission");
+        let server_config = quinn::ServerConfig::clone(admission.quic_config(false));
         let marking = || Arc::new(Marking::Fixed(0));
         let server = endpoint(
             udp_socket(loopback, None).expect("socket"),
@@ -176,12 +173,9 @@ mod tests {
         .expect("server endpoint");
         let client = endpoint(udp_socket(loopback, None).expect("socket"), None, marking())
             .expect("client endpoint");
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(
-            client::tls_config(&site).expect("client TLS"),
-        )
-        .expect("client QUIC TLS");
-        let mut client_config = quinn::ClientConfig::new(Arc::new(crypto));
-        client_config.transport_config(Arc::new(transport_config(false)));
+        let client_config =
+            client::quic_config(client::tls_config(&site).expect("client TLS"), false)
+                .expect("client QUIC config");
         let server_addr = server.local_addr().expect("bound");
         let connecting = client
             .connect_with(client_config, server_addr, "exit")

@@ -50,6 +50,15 @@ impl Admission {
             config_v6: config(true),
         })
     }
+
+    /// The QUIC configuration for peers over an IPv6 path (`v6_path`) or an IPv4 one.
+    pub fn quic_config(&self, v6_path: bool) -> &Arc<quinn::ServerConfig> {
+        if v6_path {
+            &self.config_v6
+        } else {
+            &self.config_v4
+        }
+    }
 }
 
 /// The exit's QUIC endpoint and its admission, which reloads may replace.
@@ -67,14 +76,7 @@ pub fn bind(
     admission: watch::Receiver<Arc<Admission>>,
     dscp: ColourDscp,
 ) -> anyhow::Result<Listener> {
-    let default = {
-        let current = admission.borrow();
-        if listen.is_ipv6() {
-            quinn::ServerConfig::clone(&current.config_v6)
-        } else {
-            quinn::ServerConfig::clone(&current.config_v4)
-        }
-    };
+    let default = quinn::ServerConfig::clone(admission.borrow().quic_config(listen.is_ipv6()));
     // Handshakes and hellos, before a peer's colour is known, go out blue.
     let marking = Arc::new(Marking::per_peer(dscp.blue));
     let endpoint = endpoint(udp_socket(listen, None)?, Some(default), marking.clone())?;
@@ -130,12 +132,7 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
             IpAddr::V4(_) => true,
             IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
         };
-        let config = if v4_peer {
-            &admission.config_v4
-        } else {
-            &admission.config_v6
-        };
-        let connecting = incoming.accept_with(config.clone());
+        let connecting = incoming.accept_with(admission.quic_config(!v4_peer).clone());
         let (marking, dscp) = (listener.marking.clone(), listener.dscp);
         handshakes.spawn(async move {
             let event = match admit(connecting, &admission.sites).await {
