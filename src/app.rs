@@ -216,8 +216,9 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 status: status.clone(),
                 notifier: notifier.clone(),
             })
+            .context("starting the thread that writes the TUN device")
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     // The first thread runs here, as the only one did; the others beside it. Any
     // of them stopping (its TUN queue failed) stops the gateway.
     let first = drivers.remove(0);

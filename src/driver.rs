@@ -29,7 +29,7 @@ use crate::clock::Clock;
 use crate::config::SchedulerConfig;
 use crate::core::engine::{DataPath, LaneService, LaneUp, Shard, SiteIdx, SiteSpec};
 use crate::core::lane::{LaneId, LaneSample};
-use crate::core::offload::{Coalescer, MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
+use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
@@ -39,6 +39,7 @@ use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
 use crate::status::{StatusBoard, StatusBuilder};
 use crate::tun::Tun;
+use crate::tun_writer::TunWriter;
 
 /// Packets read per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
@@ -193,8 +194,9 @@ pub struct Driver {
     tun_read: Vec<u8>,
     /// Where packets are built for the engine, each behind room for its datagram header.
     rx_buf: BytesMut,
-    /// The packets of one wake-up on their way to the TUN device.
-    tun_writes: Coalescer,
+    /// The packets of one wake-up on their way to the TUN device, written by a
+    /// thread of their own.
+    tun_writer: TunWriter,
     offload_counts: TunOffload,
     app_stats: AppStats,
     commands: mpsc::Receiver<DriverCommand>,
@@ -230,7 +232,7 @@ pub struct DriverParts {
 }
 
 impl Driver {
-    pub fn new(parts: DriverParts) -> Driver {
+    pub fn new(parts: DriverParts) -> std::io::Result<Driver> {
         let DriverParts {
             engine,
             app_stats,
@@ -244,14 +246,16 @@ impl Driver {
             notifier,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
-        let tun_writes = Coalescer::new(tun.offload());
+        let tun = Arc::new(tun);
+        let tun_writer =
+            TunWriter::spawn(tun.clone(), format!("braid-tun-w{}", links.shard.index))?;
         let export = Export::new(metrics.clone(), &engine);
         let handoffs = (0..links.shard.count).map(|_| Vec::new()).collect();
         let status_builder = StatusBuilder::new(engine.role());
-        Driver {
+        Ok(Driver {
             engine,
             clock,
-            tun: Arc::new(tun),
+            tun,
             lanes: Vec::new(),
             lane_tasks: tokio::task::JoinSet::new(),
             events,
@@ -259,7 +263,7 @@ impl Driver {
             input_rx,
             tun_read: vec![0; VNET_HDR_LEN + MAX_SUPER_PACKET],
             rx_buf: BytesMut::with_capacity(256 * 1024),
-            tun_writes,
+            tun_writer,
             offload_counts: TunOffload::default(),
             app_stats,
             commands,
@@ -272,7 +276,7 @@ impl Driver {
             notifier,
             ready: false,
             lanes_reported: None,
-        }
+        })
     }
 
     /// Runs until `shutdown`, then closes every lane.
@@ -371,7 +375,7 @@ impl Driver {
             }
             self.engine.handle_timeout(now);
             self.carry_out();
-            self.flush_tun_writes();
+            self.hand_over_tun_writes();
             self.send_handoffs();
             // Checked on every wake-up, so that traffic cannot starve them.
             if now >= export_at {
@@ -391,7 +395,10 @@ impl Driver {
                 watchdog_at = now + every;
             }
         }
-        self.flush_tun_writes();
+        self.hand_over_tun_writes();
+        // What was handed over is written before the counters are read a last time.
+        self.tun_writer.close();
+        self.count_tun_refusals();
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
         }
@@ -414,9 +421,7 @@ impl Driver {
             }
         }
         while let Some(packet) = self.engine.poll_tun_write() {
-            if self.tun_writes.push(packet) {
-                self.flush_tun_writes();
-            }
+            self.tun_writer.push(packet);
         }
         while let Some((lane, why)) = self.engine.poll_lane_close() {
             if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
@@ -533,24 +538,23 @@ impl Driver {
     }
 
     /// Writes what the wake-up has for the TUN device, merged where the kernel allows.
-    fn flush_tun_writes(&mut self) {
-        let (tun, engine, counts) = (&self.tun, &mut self.engine, &mut self.offload_counts);
-        self.tun_writes.flush(|write| match tun.write(write.parts) {
-            Ok(_) if write.packets > 1 => {
-                counts.write_super += 1;
-                counts.write_packets += write.packets as u64;
+    /// Hands the packets of this wake-up to the TUN writing thread, and counts what
+    /// it could not take or the device refused since.
+    fn hand_over_tun_writes(&mut self) {
+        let dropped = self.tun_writer.hand_over();
+        if dropped > 0 {
+            self.engine.handle_tun_refused(dropped, true);
+        }
+        self.count_tun_refusals();
+    }
+
+    fn count_tun_refusals(&mut self) {
+        let refused = self.tun_writer.take_refused();
+        for (packets, full) in [(refused.full, true), (refused.other, false)] {
+            if packets > 0 {
+                self.engine.handle_tun_refused(packets as usize, full);
             }
-            Ok(_) => {}
-            Err(e) => {
-                let full = e.kind() == std::io::ErrorKind::WouldBlock;
-                if !full {
-                    // Counted as `tun_refused`; it may come for every packet, so the
-                    // log stays quiet about it.
-                    tracing::debug!(error = %e, packets = write.packets, "the TUN device refused a write");
-                }
-                engine.handle_tun_refused(write.packets, full);
-            }
-        });
+        }
     }
 
     fn add_lane(&mut self, lane: NewLane, now: Instant) {
@@ -702,6 +706,10 @@ impl Driver {
     /// systemd once the engine is ready and whenever the number of lanes up changes.
     fn export_metrics(&mut self) {
         self.export.copy(&self.engine);
+        (
+            self.offload_counts.write_super,
+            self.offload_counts.write_packets,
+        ) = self.tun_writer.merged();
         self.export.copy_offload(&self.offload_counts);
         self.app_stats.export(&self.engine);
         if !self.links.first() {

@@ -27,3 +27,4 @@ pub mod status;
 pub mod sys;
 pub mod testbed;
 pub mod tun;
+pub mod tun_writer;
