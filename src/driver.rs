@@ -1,8 +1,9 @@
 //! The event loop around the data path: it reads the TUN device and the lanes in
 //! batches, hands what it read to the engine with the instant of the wake-up, carries
-//! out what the engine decided (datagrams onto lanes, packets onto the TUN device,
-//! lanes to close) and sleeps until the engine's next deadline. It decides nothing
-//! about a packet, a flow or a lane: that is [`DataPath`]'s.
+//! out what the engine decided (datagrams onto lanes, packets onto the TUN device
+//! through a thread that writes them, [`TunWriter`], lanes to close) and sleeps until
+//! the engine's next deadline. It decides nothing about a packet, a flow or a lane:
+//! that is [`DataPath`]'s.
 //!
 //! An exit may run several drivers, one per data-path thread, each with its own
 //! engine, TUN queue and lanes, serving its share of the sites ([`Shard`]): packets

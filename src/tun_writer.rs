@@ -28,6 +28,9 @@ use crate::tun::Tun;
 /// at 2.5 Gbit/s.
 pub const MAX_IN_FLIGHT: usize = 8192;
 
+/// Packets a new batch has room for before it grows: a busy wake-up's worth.
+const SPARE_CAPACITY: usize = 256;
+
 /// Where the writing thread puts packets: the TUN device, or a test's recorder.
 pub trait PacketSink: Send + Sync + 'static {
     /// True if packets may be merged into TCP super-packets.
@@ -123,7 +126,10 @@ impl TunWriter {
             self.batch.clear();
             return n;
         };
-        let next = self.spares.try_recv().unwrap_or_default();
+        let next = self
+            .spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(SPARE_CAPACITY));
         let batch = std::mem::replace(&mut self.batch, next);
         self.progress.in_flight.fetch_add(n, Ordering::AcqRel);
         if batches.send(batch).is_err() {
