@@ -538,7 +538,6 @@ impl Driver {
         self.tun_read = buf;
     }
 
-    /// Writes what the wake-up has for the TUN device, merged where the kernel allows.
     /// Hands the packets of this wake-up to the TUN writing thread, and counts what
     /// it could not take or the device refused since.
     fn hand_over_tun_writes(&mut self) {
@@ -549,6 +548,8 @@ impl Driver {
         self.count_tun_refusals();
     }
 
+    /// Counts, as the engine's drops, the packets the device refused since the last
+    /// call (the writing thread tells them afterwards).
     fn count_tun_refusals(&mut self) {
         let refused = self.tun_writer.take_refused();
         for (packets, full) in [(refused.full, true), (refused.other, false)] {
