@@ -220,19 +220,29 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     // The first thread runs here, as the only one did; the others beside it. Any
-    // of them stopping (its TUN queue failed) stops the gateway.
+    // of them stopping (its TUN queue or the thread writing it failed) stops the
+    // gateway.
     let first = drivers.remove(0);
     let mut others = tokio::task::JoinSet::new();
     for driver in drivers {
         let shutdown = shutdown.clone();
         others.spawn(async move {
-            driver.run(shutdown.clone()).await;
+            let ended = driver.run(shutdown.clone()).await;
             shutdown.cancel();
+            ended
         });
     }
-    first.run(shutdown.clone()).await;
+    // The first failure is the gateway's: it exits with it, and systemd restarts it.
+    let mut ended = first.run(shutdown.clone()).await;
     shutdown.cancel();
-    while others.join_next().await.is_some() {}
+    while let Some(other) = others.join_next().await {
+        let other = other
+            .map_err(|e| anyhow::anyhow!("a data-path thread panicked: {e}"))
+            .and_then(|ended| ended);
+        if ended.is_ok() {
+            ended = other;
+        }
+    }
     dialer_tasks.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
@@ -244,7 +254,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         warn!("some lanes did not close within {SHUTDOWN_GRACE:?}");
     }
     info!("stopped");
-    Ok(())
+    ended.context("the data path stopped")
 }
 
 /// What a data-path thread's engine is built from.

@@ -40,7 +40,7 @@ use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
 use crate::status::{StatusBoard, StatusBuilder};
 use crate::tun::Tun;
-use crate::tun_writer::TunWriter;
+use crate::tun_writer::{TunWriter, WriterGone};
 
 /// Packets read per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
@@ -280,8 +280,10 @@ impl Driver {
         })
     }
 
-    /// Runs until `shutdown`, then closes every lane.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    /// Runs until `shutdown`, then closes every lane. An error says why the data path
+    /// could not go on (its TUN device, or the thread that writes it, failed): the
+    /// gateway then stops with it, so that systemd restarts it.
+    pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         info!(
             tun = self.tun.name(),
             thread = self.links.shard.index,
@@ -302,6 +304,7 @@ impl Driver {
         // Pinged from this loop, so that a loop that is stuck misses it.
         let watchdog_every = self.notifier.watchdog_interval().map(|i| i / 2);
         let mut watchdog_at = export_at;
+        let mut failure = None;
         loop {
             let due = self
                 .engine
@@ -370,13 +373,18 @@ impl Driver {
                     }
                 }
                 Wake::Tun(Err(e)) => {
-                    warn!(error = %e, "TUN device failed; stopping");
+                    failure = Some(anyhow::anyhow!("the TUN device failed: {e}"));
                     break;
                 }
             }
             self.engine.handle_timeout(now);
             self.carry_out();
-            self.hand_over_tun_writes();
+            if let Err(WriterGone) = self.hand_over_tun_writes() {
+                failure = Some(anyhow::anyhow!(
+                    "the thread writing the TUN device ended (see the panic above)"
+                ));
+                break;
+            }
             self.send_handoffs();
             // Checked on every wake-up, so that traffic cannot starve them.
             if now >= export_at {
@@ -396,8 +404,9 @@ impl Driver {
                 watchdog_at = now + every;
             }
         }
-        self.hand_over_tun_writes();
-        // What was handed over is written before the counters are read a last time.
+        // What this turn handed over is written before the counters are read a last
+        // time; with a writing thread that ended, nothing more can be.
+        let _ = self.hand_over_tun_writes();
         self.tun_writer.close();
         self.count_tun_refusals();
         for lane in self.lanes.iter().flatten() {
@@ -406,6 +415,7 @@ impl Driver {
         self.export_metrics();
         self.log_drops();
         self.lane_tasks.shutdown().await;
+        failure.map_or(Ok(()), Err)
     }
 
     /// Drains the engine's outputs: datagrams to lanes, packets to the TUN device,
@@ -540,12 +550,13 @@ impl Driver {
 
     /// Hands the packets of this wake-up to the TUN writing thread, and counts what
     /// it could not take or the device refused since.
-    fn hand_over_tun_writes(&mut self) {
-        let dropped = self.tun_writer.hand_over();
+    fn hand_over_tun_writes(&mut self) -> Result<(), WriterGone> {
+        let dropped = self.tun_writer.hand_over()?;
         if dropped > 0 {
             self.engine.handle_tun_refused(dropped, true);
         }
         self.count_tun_refusals();
+        Ok(())
     }
 
     /// Counts, as the engine's drops, the packets the device refused since the last

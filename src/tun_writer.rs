@@ -57,7 +57,8 @@ struct Progress {
     /// Writes that carried more than one packet, and the packets they carried.
     merged_writes: AtomicU64,
     merged_packets: AtomicU64,
-    /// Packets the device refused because its queue was full, or for another reason.
+    /// Packets the device refused because its queue was full, or for another reason,
+    /// since the data path last took them.
     refused_full: AtomicU64,
     refused_other: AtomicU64,
 }
@@ -69,6 +70,10 @@ pub struct Refused {
     pub other: u64,
 }
 
+/// The writing thread has ended: the data path cannot write to the TUN device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterGone;
+
 /// The data path's end of the writing thread.
 pub struct TunWriter {
     /// `None` once closed, which ends the thread.
@@ -77,8 +82,6 @@ pub struct TunWriter {
     spares: mpsc::Receiver<Vec<Bytes>>,
     batch: Vec<Bytes>,
     progress: Arc<Progress>,
-    /// What [`TunWriter::take_refused`] reported so far.
-    reported: Refused,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -99,7 +102,6 @@ impl TunWriter {
             spares,
             batch: Vec::new(),
             progress,
-            reported: Refused::default(),
             thread: Some(thread),
         })
     }
@@ -110,47 +112,38 @@ impl TunWriter {
     }
 
     /// Hands the packets pushed since the last call to the thread in one batch. Returns
-    /// how many were dropped instead because [`MAX_IN_FLIGHT`] would be exceeded (or
-    /// the thread is gone).
-    pub fn hand_over(&mut self) -> usize {
+    /// how many were dropped instead because [`MAX_IN_FLIGHT`] would be exceeded, or
+    /// [`WriterGone`] if the thread has ended (closed, or it panicked): nothing would
+    /// ever be written again.
+    pub fn hand_over(&mut self) -> Result<usize, WriterGone> {
         let n = self.batch.len();
         if n == 0 {
-            return 0;
+            return Ok(0);
         }
-        let in_flight = self.progress.in_flight.load(Ordering::Acquire);
-        let Some(batches) = self
-            .batches
-            .as_ref()
-            .filter(|_| in_flight + n <= MAX_IN_FLIGHT)
-        else {
-            self.batch.clear();
-            return n;
+        let batches = match &self.batches {
+            Some(batches) if self.thread.as_ref().is_some_and(|t| !t.is_finished()) => batches,
+            _ => return Err(WriterGone),
         };
+        if self.progress.in_flight.load(Ordering::Acquire) + n > MAX_IN_FLIGHT {
+            self.batch.clear();
+            return Ok(n);
+        }
         let next = self
             .spares
             .try_recv()
             .unwrap_or_else(|_| Vec::with_capacity(SPARE_CAPACITY));
         let batch = std::mem::replace(&mut self.batch, next);
         self.progress.in_flight.fetch_add(n, Ordering::AcqRel);
-        if batches.send(batch).is_err() {
-            self.progress.in_flight.fetch_sub(n, Ordering::AcqRel);
-            return n;
-        }
-        0
+        batches.send(batch).map_err(|_| WriterGone)?;
+        Ok(0)
     }
 
     /// Packets the device refused since the last call.
     pub fn take_refused(&mut self) -> Refused {
-        let now = Refused {
-            full: self.progress.refused_full.load(Ordering::Relaxed),
-            other: self.progress.refused_other.load(Ordering::Relaxed),
-        };
-        let new = Refused {
-            full: now.full - self.reported.full,
-            other: now.other - self.reported.other,
-        };
-        self.reported = now;
-        new
+        Refused {
+            full: self.progress.refused_full.swap(0, Ordering::Relaxed),
+            other: self.progress.refused_other.swap(0, Ordering::Relaxed),
+        }
     }
 
     /// Writes that merged more than one packet so far, and the packets they carried.
@@ -234,7 +227,7 @@ mod tests {
     use super::*;
 
     /// Records every write as the bytes after the virtio-net header, and refuses
-    /// writes with the error its packets' first byte names.
+    /// writes with the error its packets' first byte names (or panics).
     #[derive(Default)]
     struct Recorder {
         writes: Mutex<Vec<Vec<u8>>>,
@@ -253,6 +246,7 @@ mod tests {
             match bytes.first() {
                 Some(0xee) => Err(io::Error::from(io::ErrorKind::WouldBlock)),
                 Some(0xef) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+                Some(0xdd) => panic!("the sink broke"),
                 _ => {
                     self.writes.lock().unwrap().push(bytes);
                     Ok(0)
@@ -272,13 +266,13 @@ mod tests {
         for n in 0..100u8 {
             writer.push(packet(0x45, n));
             if n % 7 == 0 {
-                assert_eq!(writer.hand_over(), 0);
+                assert_eq!(writer.hand_over(), Ok(0));
             }
         }
         writer.push(packet(0xee, 0));
         writer.push(packet(0xef, 0));
         writer.push(packet(0xef, 1));
-        assert_eq!(writer.hand_over(), 0);
+        assert_eq!(writer.hand_over(), Ok(0));
         writer.close();
         let writes = sink.writes.lock().unwrap();
         let order: Vec<u8> = writes.iter().map(|w| w[1]).collect();
@@ -297,19 +291,35 @@ mod tests {
         for _ in 0..Coalescer::CAPACITY {
             writer.push(packet(0x45, 0));
         }
-        assert_eq!(writer.hand_over(), 0);
+        assert_eq!(writer.hand_over(), Ok(0));
         while writer.progress.in_flight.load(Ordering::Acquire) > 0 {
             std::thread::yield_now();
         }
         for _ in 0..MAX_IN_FLIGHT {
             writer.push(packet(0x45, 1));
         }
-        assert_eq!(writer.hand_over(), 0, "up to the bound waits");
+        assert_eq!(writer.hand_over(), Ok(0), "up to the bound waits");
         writer.push(packet(0x45, 2));
-        assert_eq!(writer.hand_over(), 1, "beyond it the batch is dropped");
+        assert_eq!(writer.hand_over(), Ok(1), "beyond it the batch is dropped");
         drop(held);
         writer.close();
         let writes = sink.writes.lock().unwrap().len();
         assert_eq!(writes, Coalescer::CAPACITY + MAX_IN_FLIGHT);
+    }
+
+    #[test]
+    fn a_writing_thread_that_ended_is_reported_not_fed_for_ever() {
+        let sink = Arc::new(Recorder::default());
+        let mut writer = TunWriter::spawn(sink, "test-tun-write".into()).unwrap();
+        writer.push(packet(0xdd, 0));
+        assert_eq!(writer.hand_over(), Ok(0));
+        while !writer.thread.as_ref().unwrap().is_finished() {
+            std::thread::yield_now();
+        }
+        writer.push(packet(0x45, 1));
+        assert_eq!(writer.hand_over(), Err(WriterGone));
+        writer.close();
+        writer.push(packet(0x45, 2));
+        assert_eq!(writer.hand_over(), Err(WriterGone), "nor once closed");
     }
 }

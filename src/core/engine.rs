@@ -125,8 +125,8 @@ fn exchange_timeout(srtt: Duration) -> Duration {
 /// when the path died. A lane is given up at the latest [`LANE_STALL`] after it was
 /// last heard, and what it was handed a round trip before that may be lost too.
 pub const RESEND_WINDOW: Duration = Duration::from_millis(LANE_STALL.as_millis() as u64 + 100);
-/// The most a lane keeps for sending again: what a lane of up to 80 Mbit/s queues
-/// within its bound in time, and quinn's buffer. The inner flows of a faster lane
+/// The most a lane keeps for sending again: what a lane of up to about 70 Mbit/s
+/// queues within its bound in time (50 ms at most), and quinn's buffer (64 KiB). The inner flows of a faster lane
 /// recover the rest themselves.
 pub const RESEND_MAX_BYTES: usize = 512 * 1024;
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
