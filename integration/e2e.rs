@@ -613,7 +613,10 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
             };
             let open = |tls, site: &'static str| {
                 let h = hello(site);
-                async move { braid::lane::client::open_lane(any, None, 0, exit, "exit", tls, &h).await }
+                async move {
+                    let config = braid::lane::client::quic_config(tls, false, None)?;
+                    braid::lane::client::open_lane(any, None, 0, exit, "exit", config, &h).await
+                }
             };
             let foreign_ca = open(tls_client(&foreign, &state, "site1"), "site1").await;
             let wrong_site = open(tls_client(&state, &state, "site1"), "site2").await;
@@ -628,9 +631,12 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
             }
             // A genuine lane that sends datagrams which are not IP packets, and
             // a packet with another site's source address.
-            let (conn, endpoint) = open(tls_client(&state, &state, "site1"), "site1").await.expect("genuine lane");
+            let (conn, endpoint) = open(tls_client(&state, &state, "site1"), "site1")
+                .await
+                .expect("genuine lane");
             for _ in 0..10 {
-                conn.send_datagram(bytes::Bytes::from_static(b"not an IP packet")).expect("datagram");
+                conn.send_datagram(bytes::Bytes::from_static(b"not an IP packet"))
+                    .expect("datagram");
             }
             let mut buf = vec![0; braid::core::wire::DATAGRAM_HEADER_LEN]; // sequence 0
             etherparse::PacketBuilder::ipv4([198, 18, 2, 2], [198, 18, 100, 2], 64)
@@ -641,8 +647,14 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
             // The same from an IPv6 source outside site1's prefixes.
             let mut buf = vec![0; braid::core::wire::DATAGRAM_HEADER_LEN];
             etherparse::PacketBuilder::ipv6(
-                "fd00:2::2".parse::<std::net::Ipv6Addr>().expect("v6").octets(),
-                "fd00:100::2".parse::<std::net::Ipv6Addr>().expect("v6").octets(),
+                "fd00:2::2"
+                    .parse::<std::net::Ipv6Addr>()
+                    .expect("v6")
+                    .octets(),
+                "fd00:100::2"
+                    .parse::<std::net::Ipv6Addr>()
+                    .expect("v6")
+                    .octets(),
                 64,
             )
             .udp(1, 2)
@@ -667,7 +679,8 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
             conn.send_datagram(buf.into()).expect("datagram");
             // Truncated: shorter than braid's header, and an IPv4 packet whose header
             // claims more bytes than it has.
-            conn.send_datagram(bytes::Bytes::from_static(&[0, 0, 0])).expect("datagram");
+            conn.send_datagram(bytes::Bytes::from_static(&[0, 0, 0]))
+                .expect("datagram");
             let mut buf = vec![0; braid::core::wire::DATAGRAM_HEADER_LEN];
             etherparse::PacketBuilder::ipv4([198, 18, 1, 2], [198, 18, 100, 2], 64)
                 .udp(1, 2)
@@ -680,7 +693,10 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
             // peer at one message's worth (4 KiB), so it cannot fill the exit's
             // memory.
             let (mut second, _) = conn.open_bi().await.expect("a second stream");
-            second.write_all(&hello("site1").encode()).await.expect("second hello");
+            second
+                .write_all(&hello("site1").encode())
+                .await
+                .expect("second hello");
             let flood = tokio::time::timeout(
                 Duration::from_millis(500),
                 second.write_all(&[0; 64 * 1024]),
@@ -1024,9 +1040,7 @@ fn a_flood_of_handshakes_is_bounded_and_the_lanes_carry_on() {
             )
             .expect("endpoint");
             let tls = tls_client(&state, &state, "site1");
-            let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS");
-            let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-            config.transport_config(Arc::new(braid::lane::transport_config(false)));
+            let config = braid::lane::client::quic_config(tls, false, None).expect("QUIC config");
             let mut held = Vec::new();
             let mut refused = 0;
             for _ in 0..MAX_HANDSHAKES + extra {
@@ -1471,10 +1485,11 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
                     down_kbps: None,
                     rank: 0,
                 };
-                braid::lane::client::open_lane(any, None, 0, exit, "exit", tls, &hello)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("{e:#}"))
+                let opened = async {
+                    let config = braid::lane::client::quic_config(tls, false, None)?;
+                    braid::lane::client::open_lane(any, None, 0, exit, "exit", config, &hello).await
+                };
+                opened.await.map(|_| ()).map_err(|e| format!("{e:#}"))
             })
         })
     };
@@ -1807,6 +1822,37 @@ fn bottleneck_drops(tb: &Testbed, router: &str, dev: &str) -> u64 {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no drop count: {out}"))
+}
+
+#[test]
+fn a_lane_of_known_rate_starts_at_its_uplinks_bandwidth_delay_product_both_ways() {
+    // up1's rate is known (50 Mbit/s, the exit learns it from the hello), up2's is
+    // not; both 30 ms one way.
+    let tb = Testbed::up(
+        "e2ejump",
+        &[("RATES", "50 0"), ("DELAYS", "30 30"), ("KNOWN_RATES", "1")],
+    );
+    tb.start();
+    tb.ok("cl", &["ping", "-c", "10", "-i", "0.05", SERVER_V4]);
+    let cwnd = |role: &str, uplink: &str| {
+        tb.metric(
+            role,
+            &format!("braid_lane_cwnd_bytes{{colour=\"blue\",site=\"site1\",uplink=\"{uplink}\"}}"),
+        )
+    };
+    // 6.25 MB/s for the 60 ms round trip and the 7.5 ms queue the delay cap allows:
+    // 421,875 bytes, before any load opened the window. The cap may trim it once when
+    // an idle lane's delayed acknowledgements look like a queue (measured 360-365 kB),
+    // and the lane's initial window is 14,720 bytes.
+    for role in ["en", "ex"] {
+        let started = eventually(Duration::from_secs(5), || cwnd(role, "up1") >= 300_000.0);
+        assert!(started, "{role}: up1's window {} bytes", cwnd(role, "up1"));
+        let unknown = cwnd(role, "up2");
+        assert!(
+            unknown < 100_000.0,
+            "{role}: up2's window {unknown} bytes without a known rate"
+        );
+    }
 }
 
 #[test]

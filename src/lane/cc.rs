@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant as StdInstant;
 
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
@@ -13,15 +14,45 @@ use crate::core::time::Instant;
 /// Initial window: quinn's default (10 packets of 1200 bytes, at least 14 720 bytes).
 const INITIAL_WINDOW: u64 = 14_720;
 
-/// Builds a [`LaneController`] for every lane connection.
+/// The rate of a lane's uplink in the lane's sending direction, once known. The
+/// entry knows it from its configuration before the lane opens, the exit only from
+/// the lane's hello, after the handshake: so it is shared with the lane's controller
+/// rather than given to it when quinn builds it.
 #[derive(Debug, Default)]
-pub struct LaneControllerFactory;
+pub struct KnownRate {
+    /// Bytes per second; 0 while unknown.
+    bytes_per_second: AtomicU64,
+}
+
+impl KnownRate {
+    pub fn new(kbps: Option<u64>) -> Arc<KnownRate> {
+        let rate = Arc::new(KnownRate::default());
+        rate.set(kbps);
+        rate
+    }
+
+    pub fn set(&self, kbps: Option<u64>) {
+        let bytes = kbps.unwrap_or(0).saturating_mul(1000 / 8);
+        self.bytes_per_second.store(bytes, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<u64> {
+        Some(self.bytes_per_second.load(Ordering::Relaxed)).filter(|&b| b > 0)
+    }
+}
+
+/// Builds the [`LaneController`] of one lane's connection.
+#[derive(Debug, Default)]
+pub struct LaneControllerFactory {
+    pub rate: Arc<KnownRate>,
+}
 
 impl ControllerFactory for LaneControllerFactory {
     fn build(self: Arc<Self>, now: StdInstant, current_mtu: u16) -> Box<dyn Controller> {
         Box::new(LaneController {
             origin: now,
             window: LaneWindow::new(INITIAL_WINDOW, current_mtu, Instant::ZERO),
+            rate: Some(self.rate.clone()),
         })
     }
 }
@@ -31,6 +62,8 @@ pub struct LaneController {
     /// quinn's instants are converted to the core's, counted from here.
     origin: StdInstant,
     window: LaneWindow,
+    /// The uplink's rate, until the window has started at it.
+    rate: Option<Arc<KnownRate>>,
 }
 
 impl LaneController {
@@ -49,6 +82,14 @@ impl Controller for LaneController {
         app_limited: bool,
         rtt: &quinn_proto::RttEstimator,
     ) {
+        if let Some(rate) = self.rate.as_ref().and_then(|r| r.get()) {
+            // quinn updates its RTT estimate after telling the controller of the
+            // acknowledgements, so that the handshake's first one finds only its
+            // initial guess (333 ms): this packet's own round trip bounds it.
+            let path_rtt = rtt.min().min(now.saturating_duration_since(sent));
+            self.window.start_at_rate(rate, path_rtt);
+            self.rate = None;
+        }
         let (now, sent) = (self.at(now), self.at(sent));
         self.window
             .on_ack(now, sent, bytes, app_limited, rtt.get(), rtt.min());

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::cc::KnownRate;
 use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::TlsMaterial;
@@ -225,13 +226,14 @@ impl Dialer {
         );
         // Taken out of the watch before the handshake, which must not hold it.
         let tls = self.tls.borrow().clone();
+        let config = quic_config(tls, peer.is_ipv6(), self.uplink.rate_up_kbps)?;
         open_lane(
             bind,
             Some(&self.uplink.interface),
             self.dscp,
             peer,
             &self.exit_name,
-            tls,
+            config,
             &hello,
         )
         .await
@@ -248,21 +250,20 @@ impl Dialer {
     }
 }
 
-/// Opens one lane: a QUIC connection from `bind` (on `device`, if given) to the exit
-/// at `peer`, whose certificate must name `exit_name`, with `dscp` in the outer header
-/// of its datagrams, and the hello exchange.
+/// Opens one lane: a QUIC connection with `config` from `bind` (on `device`, if
+/// given) to the exit at `peer`, whose certificate must name `exit_name`, with `dscp`
+/// in the outer header of its datagrams, and the hello exchange.
 pub async fn open_lane(
     bind: SocketAddr,
     device: Option<&str>,
     dscp: u8,
     peer: SocketAddr,
     exit_name: &str,
-    tls: Arc<rustls::ClientConfig>,
+    config: quinn::ClientConfig,
     hello: &Hello,
 ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
     let socket = udp_socket(bind, device)?;
     let endpoint = endpoint(socket, None, Arc::new(Marking::Fixed(dscp)))?;
-    let config = quic_config(tls, peer.is_ipv6())?;
     let connecting = endpoint
         .connect_with(config, peer, exit_name)
         .with_context(|| format!("connecting to {peer}"))?;
@@ -279,15 +280,18 @@ pub async fn open_lane(
     }
 }
 
-/// A lane's QUIC configuration over an IPv6 path (`v6_path`) or an IPv4 one.
+/// A lane's QUIC configuration over an IPv6 path (`v6_path`) or an IPv4 one, for an
+/// uplink sending at `rate_kbps`, when known.
 pub fn quic_config(
     tls: Arc<rustls::ClientConfig>,
     v6_path: bool,
+    rate_kbps: Option<u64>,
 ) -> anyhow::Result<quinn::ClientConfig> {
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS configuration unusable for QUIC")?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(Arc::new(transport_config(v6_path)));
+    let transport = transport_config(v6_path, KnownRate::new(rate_kbps));
+    config.transport_config(Arc::new(transport));
     Ok(config)
 }
 

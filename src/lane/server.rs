@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::cc::KnownRate;
 use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::{TlsMaterial, certificate_name};
@@ -28,8 +29,8 @@ pub struct Admission {
     sites: HashSet<String>,
     /// Per peer family: the path MTU differs (1472 vs 1452 bytes of UDP payload), and
     /// an exit on `[::]` serves both.
-    config_v4: Arc<quinn::ServerConfig>,
-    config_v6: Arc<quinn::ServerConfig>,
+    config_v4: quinn::ServerConfig,
+    config_v6: quinn::ServerConfig,
 }
 
 impl Admission {
@@ -41,8 +42,8 @@ impl Admission {
         );
         let config = |v6_path: bool| {
             let mut config = quinn::ServerConfig::with_crypto(crypto.clone());
-            config.transport_config(Arc::new(transport_config(v6_path)));
-            Arc::new(config)
+            config.transport_config(Arc::new(transport_config(v6_path, KnownRate::new(None))));
+            config
         };
         Ok(Admission {
             sites,
@@ -51,13 +52,19 @@ impl Admission {
         })
     }
 
-    /// The QUIC configuration for peers over an IPv6 path (`v6_path`) or an IPv4 one.
-    pub fn quic_config(&self, v6_path: bool) -> &Arc<quinn::ServerConfig> {
-        if v6_path {
-            &self.config_v6
+    /// The QUIC configuration for a peer over an IPv6 path (`v6_path`) or an IPv4 one,
+    /// whose lane's congestion window starts at `rate` once its hello says it (`None`:
+    /// for no lane in particular).
+    pub fn quic_config(&self, v6_path: bool, rate: Option<Arc<KnownRate>>) -> quinn::ServerConfig {
+        let mut config = if v6_path {
+            self.config_v6.clone()
         } else {
-            &self.config_v4
+            self.config_v4.clone()
+        };
+        if let Some(rate) = rate {
+            config.transport_config(Arc::new(transport_config(v6_path, rate)));
         }
+        config
     }
 }
 
@@ -76,7 +83,7 @@ pub fn bind(
     admission: watch::Receiver<Arc<Admission>>,
     dscp: ColourDscp,
 ) -> anyhow::Result<Listener> {
-    let default = quinn::ServerConfig::clone(admission.borrow().quic_config(listen.is_ipv6()));
+    let default = admission.borrow().quic_config(listen.is_ipv6(), None);
     // Handshakes and hellos, before a peer's colour is known, go out blue.
     let marking = Arc::new(Marking::per_peer(dscp.blue));
     let endpoint = endpoint(udp_socket(listen, None)?, Some(default), marking.clone())?;
@@ -132,10 +139,13 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
             IpAddr::V4(_) => true,
             IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
         };
-        let connecting = incoming.accept_with(admission.quic_config(!v4_peer).clone());
+        // The lane's uplink rate is known once its hello is read, after the handshake.
+        let rate = KnownRate::new(None);
+        let config = admission.quic_config(!v4_peer, Some(rate.clone()));
+        let connecting = incoming.accept_with(Arc::new(config));
         let (marking, dscp) = (listener.marking.clone(), listener.dscp);
         handshakes.spawn(async move {
-            let event = match admit(connecting, &admission.sites).await {
+            let event = match admit(connecting, &admission.sites, &rate).await {
                 Ok(lane) => {
                     mark_until_closed(&marking, &lane.conn, dscp.of(lane.colour));
                     LaneEvent::Up(lane)
@@ -166,10 +176,12 @@ fn mark_until_closed(marking: &Arc<Marking>, conn: &quinn::Connection, dscp: u8)
     });
 }
 
-/// Handshake and hello of one peer.
+/// Handshake and hello of one peer; the hello says the rate of its uplink towards the
+/// site, if known, which the lane's congestion window then starts at.
 async fn admit(
     connecting: Result<quinn::Connecting, quinn::ConnectionError>,
     sites: &HashSet<String>,
+    rate: &KnownRate,
 ) -> Result<NewLane, (DropReason, anyhow::Error)> {
     let refused = |e: anyhow::Error| (DropReason::Unauthenticated, e);
     let connecting = connecting
@@ -203,14 +215,17 @@ async fn admit(
         verdict
     };
     match tokio::time::timeout(HELLO_TIMEOUT, result).await {
-        Ok(Ok(hello)) => Ok(NewLane {
-            conn,
-            site: hello.site,
-            uplink: hello.uplink,
-            colour: hello.colour,
-            rank: hello.rank,
-            rate_kbps: hello.down_kbps,
-        }),
+        Ok(Ok(hello)) => {
+            rate.set(hello.down_kbps);
+            Ok(NewLane {
+                conn,
+                site: hello.site,
+                uplink: hello.uplink,
+                colour: hello.colour,
+                rank: hello.rank,
+                rate_kbps: hello.down_kbps,
+            })
+        }
         Ok(Err(e)) => {
             // Let the refusal reach the peer before closing.
             let _ = tokio::time::timeout(HELLO_TIMEOUT, conn.closed()).await;
