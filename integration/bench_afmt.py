@@ -21,6 +21,9 @@ Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants
 
 An algorithm written ALGORITHM@BINARY runs that braid binary instead of --braid's,
 so that two builds are measured side by side (e.g. afmt@old/braid,afmt@new/braid).
+ALGORITHM+rates configures the entry with the uplinks' rates (`rate_up_kbps` and
+`rate_down_kbps`, which the exit learns from the hello): braid then shapes each uplink
+to its rate and starts its lanes' windows at it (e.g. afmt,afmt+rates).
 With --rounds N every algorithm runs N times, the algorithms taking turns, and the
 table shows the run with the median goodput and the goodput of every round. With
 --warm S every run begins with one download of S seconds and a 2 s pause before it is
@@ -141,13 +144,17 @@ def plain_route(name, i):
 def run_one(variant, label, seconds, braid, linkemu, warm=0):
     """One run of `label` (an algorithm, or ALGORITHM@BINARY) on `variant`."""
     algorithm, _, binary = label.partition("@")
+    algorithm, _, option = algorithm.partition("+")
+    if option not in ("", "rates"):
+        sys.exit(f"{label}: unknown option +{option} (the one known is +rates)")
     braid = os.path.abspath(binary) if binary else braid
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
     flows = VARIANTS[variant].get("flows", 3)
     with_background = VARIANTS[variant].get("background", True)
     name = "bafmt"
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
-               BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm != "no-tunnel" else "afmt")
+               BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm != "no-tunnel" else "afmt",
+               KNOWN_RATES="1" if option == "rates" else "0")
     testbed("up", name, env)
     try:
         if algorithm == "no-tunnel":

@@ -156,9 +156,9 @@ impl LaneWindow {
     /// starts there. Slow-starting from ten packets, lanes lag the inner flow's own
     /// slow start, which then queues in braid and leaves slow start on that rising
     /// round trip, far below the uplinks' capacity (one download over one-way delays
-    /// of 10, 30 and 60 ms: 41 % of the uplinks' sum against 77 %; README, "Uplinks
-    /// of known rate"). Only in the first slow start: a window that has met
-    /// congestion knows the path better.
+    /// of 10, 30 and 60 ms: 67-69 % of the uplinks' sum against 41-42 %; README,
+    /// "One download with the uplinks' rates configured"). Only in the first slow
+    /// start: a window that has met congestion knows the path better.
     pub fn start_at_rate(&mut self, rate: u64, rtt: Duration) {
         if self.ssthresh != u64::MAX {
             return;
