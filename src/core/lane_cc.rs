@@ -41,6 +41,10 @@ const MAX_QUEUE_TARGET: Duration = Duration::from_millis(15);
 pub fn queue_target(min_rtt: Duration) -> Duration {
     (min_rtt / 8).clamp(MIN_QUEUE_TARGET, MAX_QUEUE_TARGET)
 }
+/// The most a lane starts at over an uplink of known rate: a gigabit line's 134 ms.
+/// The exit takes the rate from the site's hello, so this also bounds what a site
+/// can make it start with.
+const MAX_START_WINDOW: u64 = 16 * 1024 * 1024;
 /// Window reduction on loss (Cubic's β).
 const LOSS_BACKOFF: (u64, u64) = (7, 10);
 
@@ -165,7 +169,10 @@ impl LaneWindow {
         }
         let round = (rtt + queue_target(rtt)).as_nanos();
         let bytes = u128::from(rate) * round / 1_000_000_000;
-        self.window = self.window.max(u64::try_from(bytes).unwrap_or(u64::MAX));
+        let start = u64::try_from(bytes)
+            .unwrap_or(u64::MAX)
+            .min(MAX_START_WINDOW);
+        self.window = self.window.max(start);
     }
 
     /// Packets sent at `sent` were lost.
@@ -343,6 +350,10 @@ mod tests {
         let mut slow = LaneWindow::new(14_720, 1200, at(0));
         slow.start_at_rate(12_500, ms(20));
         assert_eq!(slow.window(), 14_720);
+        // Whatever rate a hello claims, the start is bounded.
+        let mut absurd = LaneWindow::new(14_720, 1200, at(0));
+        absurd.start_at_rate(u64::MAX, ms(500));
+        assert_eq!(absurd.window(), MAX_START_WINDOW);
     }
 
     #[test]
