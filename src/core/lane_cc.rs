@@ -154,8 +154,8 @@ impl LaneWindow {
     }
 
     /// The lane's uplink has a known rate, `rate` bytes per second, to which braid's
-    /// shaper holds what it gives the lane (`core/shaper.rs`), and the path's round
-    /// trip is `rtt`: a window of what the uplink carries in a round trip, plus the
+    /// shaper holds what it gives the lane (`core/shaper.rs`); a packet sent at `sent`
+    /// was acknowledged at `now`, and `min_rtt` is the connection's lowest RTT: a window of what the uplink carries in a round trip, plus the
     /// queue the delay cap allows, cannot overrun the uplink's buffer, so the lane
     /// starts there. Slow-starting from ten packets, lanes lag the inner flow's own
     /// slow start, which then queues in braid and leaves slow start on that rising
@@ -163,10 +163,14 @@ impl LaneWindow {
     /// of 10, 30 and 60 ms: 67-69 % of the uplinks' sum against 41-42 %; README,
     /// "One download with the uplinks' rates configured"). Only in the first slow
     /// start: a window that has met congestion knows the path better.
-    pub fn start_at_rate(&mut self, rate: u64, rtt: Duration) {
+    pub fn start_at_rate(&mut self, rate: u64, now: Instant, sent: Instant, min_rtt: Duration) {
         if self.ssthresh != u64::MAX {
             return;
         }
+        // quinn updates its RTT estimate after telling the controller of an
+        // acknowledgement, so that the handshake's first one finds only its initial
+        // guess (333 ms) as the lowest RTT: this packet's own round trip bounds it.
+        let rtt = min_rtt.min(now.saturating_since(sent));
         let round = (rtt + queue_target(rtt)).as_nanos();
         let bytes = u128::from(rate) * round / 1_000_000_000;
         let start = u64::try_from(bytes)
@@ -341,18 +345,22 @@ mod tests {
     fn a_lane_of_known_rate_starts_at_what_its_uplink_carries_in_a_round_trip() {
         // 50 Mbit/s over a 120 ms path: 6.25 MB/s for 120 + 15 ms (the queue target).
         let mut w = LaneWindow::new(14_720, 1200, at(0));
-        w.start_at_rate(6_250_000, ms(120));
-        assert_eq!(w.window(), 843_750);
+        w.start_at_rate(6_250_000, at(180), at(60), ms(333));
+        assert_eq!(
+            w.window(),
+            843_750,
+            "the packet's round trip, not quinn's guess"
+        );
         // Slow start goes on from there.
         w.on_ack(at(300), at(180), 12_000, false, ms(120), ms(120));
         assert_eq!(w.window(), 855_750);
         // A rate too low for the initial window does not shrink it.
         let mut slow = LaneWindow::new(14_720, 1200, at(0));
-        slow.start_at_rate(12_500, ms(20));
+        slow.start_at_rate(12_500, at(20), at(0), ms(20));
         assert_eq!(slow.window(), 14_720);
         // Whatever rate a hello claims, the start is bounded.
         let mut absurd = LaneWindow::new(14_720, 1200, at(0));
-        absurd.start_at_rate(u64::MAX, ms(500));
+        absurd.start_at_rate(u64::MAX, at(500), at(0), ms(500));
         assert_eq!(absurd.window(), MAX_START_WINDOW);
     }
 
@@ -360,7 +368,7 @@ mod tests {
     fn a_window_that_met_congestion_does_not_jump_to_the_rate() {
         let mut w = LaneWindow::new(100_000, 1200, at(0));
         w.on_loss(at(50), at(40), false);
-        w.start_at_rate(6_250_000, ms(120));
+        w.start_at_rate(6_250_000, at(180), at(60), ms(120));
         assert_eq!(w.window(), 70_000);
     }
 

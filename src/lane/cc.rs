@@ -82,15 +82,11 @@ impl Controller for LaneController {
         app_limited: bool,
         rtt: &quinn_proto::RttEstimator,
     ) {
+        let (now, sent) = (self.at(now), self.at(sent));
         if let Some(rate) = self.rate.as_ref().and_then(|r| r.get()) {
-            // quinn updates its RTT estimate after telling the controller of the
-            // acknowledgements, so that the handshake's first one finds only its
-            // initial guess (333 ms): this packet's own round trip bounds it.
-            let path_rtt = rtt.min().min(now.saturating_duration_since(sent));
-            self.window.start_at_rate(rate, path_rtt);
+            self.window.start_at_rate(rate, now, sent, rtt.min());
             self.rate = None;
         }
-        let (now, sent) = (self.at(now), self.at(sent));
         self.window
             .on_ack(now, sent, bytes, app_limited, rtt.get(), rtt.min());
     }

@@ -164,7 +164,7 @@ mod tests {
         let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
         let admission =
             server::Admission::new(["site1".to_string()].into(), &exit).expect("admission");
-        let server_config = admission.quic_config(false, None);
+        let server_config = admission.quic_config(false, cc::KnownRate::new(None));
         let marking = || Arc::new(Marking::Fixed(0));
         let server = endpoint(
             udp_socket(loopback, None).expect("socket"),

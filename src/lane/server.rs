@@ -23,14 +23,12 @@ use crate::core::stats::DropReason;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
 
 /// Whom the exit admits and with what: the sites it serves and the QUIC server
-/// configurations built from its TLS material. A reload replaces it whole; lanes
+/// configuration built from its TLS material. A reload replaces it whole; lanes
 /// already up are not affected by a new one.
 pub struct Admission {
     sites: HashSet<String>,
-    /// Per peer family: the path MTU differs (1472 vs 1452 bytes of UDP payload), and
-    /// an exit on `[::]` serves both.
-    config_v4: quinn::ServerConfig,
-    config_v6: quinn::ServerConfig,
+    /// Each connection gets its own transport settings from it ([`Admission::quic_config`]).
+    config: quinn::ServerConfig,
 }
 
 impl Admission {
@@ -40,30 +38,19 @@ impl Admission {
             quinn::crypto::rustls::QuicServerConfig::try_from(tls_config(material)?)
                 .context("TLS configuration unusable for QUIC")?,
         );
-        let config = |v6_path: bool| {
-            let mut config = quinn::ServerConfig::with_crypto(crypto.clone());
-            config.transport_config(Arc::new(transport_config(v6_path, KnownRate::new(None))));
-            config
-        };
         Ok(Admission {
             sites,
-            config_v4: config(false),
-            config_v6: config(true),
+            config: quinn::ServerConfig::with_crypto(crypto),
         })
     }
 
-    /// The QUIC configuration for a peer over an IPv6 path (`v6_path`) or an IPv4 one,
-    /// whose lane's congestion window starts at `rate` once its hello says it (`None`:
-    /// for no lane in particular).
-    pub fn quic_config(&self, v6_path: bool, rate: Option<Arc<KnownRate>>) -> quinn::ServerConfig {
-        let mut config = if v6_path {
-            self.config_v6.clone()
-        } else {
-            self.config_v4.clone()
-        };
-        if let Some(rate) = rate {
-            config.transport_config(Arc::new(transport_config(v6_path, rate)));
-        }
+    /// The QUIC configuration for a peer over an IPv6 path (`v6_path`) or an IPv4 one
+    /// (the path MTU differs: 1452 vs 1472 bytes of UDP payload, and an exit on `[::]`
+    /// serves both), whose lane's congestion window starts at `rate` once its hello
+    /// says it.
+    pub fn quic_config(&self, v6_path: bool, rate: Arc<KnownRate>) -> quinn::ServerConfig {
+        let mut config = self.config.clone();
+        config.transport_config(Arc::new(transport_config(v6_path, rate)));
         config
     }
 }
@@ -83,7 +70,9 @@ pub fn bind(
     admission: watch::Receiver<Arc<Admission>>,
     dscp: ColourDscp,
 ) -> anyhow::Result<Listener> {
-    let default = admission.borrow().quic_config(listen.is_ipv6(), None);
+    let default = admission
+        .borrow()
+        .quic_config(listen.is_ipv6(), KnownRate::new(None));
     // Handshakes and hellos, before a peer's colour is known, go out blue.
     let marking = Arc::new(Marking::per_peer(dscp.blue));
     let endpoint = endpoint(udp_socket(listen, None)?, Some(default), marking.clone())?;
@@ -141,7 +130,7 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
         };
         // The lane's uplink rate is known once its hello is read, after the handshake.
         let rate = KnownRate::new(None);
-        let config = admission.quic_config(!v4_peer, Some(rate.clone()));
+        let config = admission.quic_config(!v4_peer, rate.clone());
         let connecting = incoming.accept_with(Arc::new(config));
         let (marking, dscp) = (listener.marking.clone(), listener.dscp);
         handshakes.spawn(async move {
