@@ -295,7 +295,9 @@ def svg(variant, rows, seconds, path):
 def report(variant, rows, seconds):
     rates = VARIANTS[variant]["rates"]
     capacity = sum(rates) * 1e6 / 8 * seconds
-    bg = max((r["background_bytes"] for r in rows if r["algorithm"].partition("@")[0] == "afmt"), default=0)
+    # AFMT's runs, with the uplinks' rates configured or not.
+    bg = max((r["background_bytes"] for r in rows
+              if r["algorithm"].partition("@")[0].partition("+")[0] == "afmt"), default=0)
     left = capacity - bg
     print(f"\n== {variant}: uplinks {rates} Mbit/s, delays {VARIANTS[variant]['delays']} ms, {seconds} s")
     print(f"capacity {capacity / MIB:.1f} MiB; background flow (AFMT run) {bg / MIB:.1f} MiB; "

@@ -9,9 +9,10 @@
 //! drop at the head is dropped at the tail instead, as PIE does: the inner transport
 //! hears of the queue one queue delay later, at most the target plus a packet.
 //!
-//! CoDel's rule: a queue whose sojourn time stayed above [`TARGET`] for a whole
-//! interval is a standing queue; drop one packet, then the next ones at intervals
-//! shrinking with the square root of the drops so far, until the sojourn time falls
+//! CoDel's rule: a queue whose sojourn time stayed above a target ([`TARGET`] for a
+//! lane's queue, [`shaper_target`] for a shaper's) for a whole interval is a standing
+//! queue; drop one packet, then the next ones at intervals shrinking with the square
+//! root of the drops so far, until the sojourn time falls
 //! below the target. A burst that drains within the interval is never dropped.
 
 use std::time::Duration;
@@ -49,18 +50,41 @@ pub fn lane_max_sojourn(min_rtt: Duration) -> Duration {
     (min_rtt / 2).clamp(MAX_SOJOURN * 3 / 5, MAX_SOJOURN)
 }
 
+/// The longest interval of a shaper's queue.
+const MAX_SHAPER_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The interval of the queue of a shaper whose site's longest lane is
+/// `longest_one_way` away: the longest round trip of the flows through it, as RFC 8289
+/// asks, plus the bound. A flow striped over the site's lanes is resequenced to the
+/// longest, both ways, and hears of a drop here, made as the packet arrives, only as
+/// late as the packet would have left. With CoDel's 100 ms, one download over paths
+/// 10, 30 and 60 ms away met two drops a congestion episode, as the first had not
+/// reached its sender before the second. At least CoDel's default, at most 250 ms.
+pub fn shaper_interval(longest_one_way: Duration) -> Duration {
+    (2 * longest_one_way + MAX_SOJOURN).clamp(INTERVAL, MAX_SHAPER_INTERVAL)
+}
+
+/// The target of a shaper's queue of `interval`: 5 % of it, as RFC 8289 advises (5 to
+/// 10 %), so CoDel's 5 ms at its 100 ms. A single flow over a long path keeps its
+/// window above the path's round trip only if the queue may stand a little longer.
+pub fn shaper_target(interval: Duration) -> Duration {
+    interval / 20
+}
+
 /// Why a packet should be dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AqmDrop {
     /// It would wait longer than the queue's bound ([`MAX_SOJOURN`] by default).
     TooLate,
-    /// CoDel's rule: the queue has stood above [`TARGET`] for an interval.
+    /// CoDel's rule: the queue has stood above its target for an interval.
     Standing,
 }
 
 /// CoDel's state for one queue.
 #[derive(Debug, Clone)]
 pub struct CoDel {
+    /// The standing queue's sojourn time the queue may keep.
+    target: Duration,
     /// How long the queue may stand above the target before packets are dropped.
     interval: Duration,
     /// The longest a packet may expect to wait: beyond it, it is dropped at once.
@@ -79,13 +103,14 @@ pub struct CoDel {
 impl Default for CoDel {
     /// CoDel with its default [`INTERVAL`], bounded at [`MAX_SOJOURN`].
     fn default() -> CoDel {
-        CoDel::new(INTERVAL, MAX_SOJOURN)
+        CoDel::new(TARGET, INTERVAL, MAX_SOJOURN)
     }
 }
 
 impl CoDel {
-    pub fn new(interval: Duration, max_sojourn: Duration) -> CoDel {
+    fn new(target: Duration, interval: Duration, max_sojourn: Duration) -> CoDel {
         CoDel {
+            target,
             interval,
             max_sojourn,
             first_above: None,
@@ -98,13 +123,20 @@ impl CoDel {
 
     /// CoDel for the queue of a lane over a path of `min_rtt`.
     pub fn for_lane(min_rtt: Duration) -> CoDel {
-        CoDel::new(lane_interval(min_rtt), lane_max_sojourn(min_rtt))
+        CoDel::new(TARGET, lane_interval(min_rtt), lane_max_sojourn(min_rtt))
     }
 
     /// Fits the interval and the bound to the lane's path, now `min_rtt` long.
     pub fn fit_lane(&mut self, min_rtt: Duration) {
         self.interval = lane_interval(min_rtt);
         self.max_sojourn = lane_max_sojourn(min_rtt);
+    }
+
+    /// Fits the interval and target of a shaper's queue to the site's longest lane,
+    /// now `longest_one_way` away.
+    pub fn fit_shaper(&mut self, longest_one_way: Duration) {
+        self.interval = shaper_interval(longest_one_way);
+        self.target = shaper_target(self.interval);
     }
 
     /// Decides about a packet arriving at a queue whose packets wait `sojourn` and
@@ -131,7 +163,7 @@ impl CoDel {
     /// most one packet of `mtu` bytes is never above the target (the sojourn of one
     /// packet on a slow link is its serialisation, not a queue).
     fn should_drop(&mut self, sojourn: Duration, backlog: u64, mtu: u64, now: Instant) -> bool {
-        let ok_to_drop = if sojourn < TARGET || backlog <= mtu {
+        let ok_to_drop = if sojourn < self.target || backlog <= mtu {
             self.first_above = None;
             false
         } else {
@@ -239,6 +271,26 @@ mod tests {
         let mut codel = CoDel::for_lane(ms(20));
         let drops = run(&mut codel, 0, 300, |_| ms(20));
         assert_eq!(drops[0], 50);
+    }
+
+    #[test]
+    fn a_shapers_interval_is_a_striped_flows_round_trip_and_the_bound_its_target_5_percent() {
+        let ms = Duration::from_millis;
+        // Lanes 10 ms away or less: CoDel's defaults.
+        assert_eq!(shaper_interval(Duration::ZERO), INTERVAL);
+        assert_eq!(shaper_interval(ms(10)), INTERVAL);
+        assert_eq!(shaper_target(INTERVAL), TARGET);
+        // The AFMT paper's delay variant: the longest lane 60 ms away.
+        assert_eq!(shaper_interval(ms(60)), ms(170));
+        assert_eq!(shaper_target(ms(170)), Duration::from_micros(8_500));
+        assert_eq!(shaper_interval(ms(300)), ms(250));
+        // Fitted to it, a queue standing at 8 ms is left alone, and one at 20 ms is
+        // first dropped from 170 ms after it began to stand.
+        let mut codel = CoDel::default();
+        codel.fit_shaper(ms(60));
+        assert!(run(&mut codel, 0, 2_000, |_| ms(8)).is_empty());
+        let drops = run(&mut codel, 2_000, 3_000, |_| ms(20));
+        assert_eq!(drops[0], 2_170);
     }
 
     #[test]

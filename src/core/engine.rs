@@ -1545,6 +1545,9 @@ impl DataPath {
                 let mtu = view.max_datagram as u64;
                 let intended = longest.saturating_sub(view.min_srtt / 2);
                 let shaper = &mut self.shapers[s].shaper;
+                // Flows striped over the site's lanes hear of its drops as late as the
+                // longest lane delivers.
+                shaper.fit_paths(longest);
                 let queued = shaper.enqueue(datagram, view.colour, mtu, intended, now);
                 self.shaper_due = earliest(self.shaper_due, shaper.next_release());
                 queued.map(|()| None)
@@ -3253,6 +3256,56 @@ pub(crate) mod tests {
             .filter(|w| **w > Duration::from_millis(20))
             .count();
         assert!(late > fifo_waits.len() / 2, "{fifo_waits:?}");
+    }
+
+    /// Offers one blue lane of known rate (10 Mbit/s) over a path of round trip `srtt`
+    /// 11 Mbit/s as the uplink counts it, one packet a millisecond, for a second.
+    /// Answers the millisecond of the first packet the shaper's CoDel dropped.
+    fn first_standing_queue_drop(srtt: Duration) -> u64 {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let up = LaneUp {
+            site: "a",
+            uplink: "dsl",
+            colour: Colour::Blue,
+            rank: 0,
+            rate_kbps: Some(10_000),
+        };
+        let lane = e.handle_lane_up(up, at(0)).expect("site a");
+        let mut packet = Vec::new();
+        PacketBuilder::ipv4([198, 18, 0, 2], [203, 0, 113, 1], 64)
+            .udp(5000, 9)
+            .write(&mut packet, &[0; 1300])
+            .expect("write to vec");
+        let mut rx = 1;
+        for t in 0..1000 {
+            if e.wants_lane_samples(at(t)) {
+                rx += 1;
+                let sample = LaneSample {
+                    srtt,
+                    ..drained(&e, lane, rx)
+                };
+                e.handle_lane_sample(lane, sample, at(t));
+            }
+            send(&mut e, &packet, at(t));
+            if e.dropped(DropReason::QueueDelay) > 0 {
+                return t;
+            }
+            if e.poll_timeout().is_some_and(|due| due <= at(t)) {
+                e.handle_timeout(at(t));
+            }
+            transmits(&mut e);
+        }
+        panic!("no packet dropped from the standing queue");
+    }
+
+    #[test]
+    fn a_shapers_queue_stands_longer_before_drops_when_the_sites_lane_is_far() {
+        let near = first_standing_queue_drop(Duration::from_millis(20));
+        let far = first_standing_queue_drop(Duration::from_millis(120));
+        // CoDel's 100 ms interval for the near lane; 170 ms, and a target of 8.5 ms
+        // instead of 5, for the lane 60 ms away.
+        assert!(near >= 100, "{near}");
+        assert!(far >= near + 70, "near {near}, far {far}");
     }
 
     #[test]

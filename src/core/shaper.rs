@@ -264,6 +264,12 @@ impl Shaper {
         (self.dsd.queued_bytes() > 0).then_some(self.next_send)
     }
 
+    /// Fits the queue's management to the site's longest live lane, now
+    /// `longest_one_way` away ([`super::aqm::shaper_interval`]).
+    pub fn fit_paths(&mut self, longest_one_way: Duration) {
+        self.codel.fit_shaper(longest_one_way);
+    }
+
     /// Bytes waiting, both colours, counted as the uplink carries them.
     pub fn queued_bytes(&self) -> u64 {
         self.dsd.queued_bytes()
@@ -441,13 +447,15 @@ mod tests {
         assert!(dsd_share <= fifo_share);
     }
 
-    #[test]
-    fn a_standing_queue_in_flat_best_effort_is_dropped_from_after_codels_interval() {
+    /// Offers a 10 Mbit/s uplink's shaper, fitted to a site whose longest lane is
+    /// `longest_one_way` away, 11 Mbit/s of blue for a second: the virtual queue grows
+    /// past CoDel's target. Answers the milliseconds of the drops and why.
+    fn drops_under_overload(longest_one_way: Duration) -> Vec<(u64, ShapeDrop)> {
         let mut shaper = Shaper::new(10_000, settings(AbeScheduler::Dsd), at_us(0));
         shaper.set_lane(Colour::Blue, LaneId(0));
+        shaper.fit_paths(longest_one_way);
         let (mut out, mut stale) = (Vec::new(), 0);
         let mut drops = Vec::new();
-        // 11 Mbit/s into 9.5: the virtual queue grows past CoDel's target.
         for i in 0..1000u64 {
             let now = at_us(i * 1000);
             if let Err(why) =
@@ -462,9 +470,31 @@ mod tests {
                 "{wait:?}"
             );
         }
+        drops
+    }
+
+    #[test]
+    fn a_standing_queue_in_flat_best_effort_is_dropped_from_after_codels_interval() {
+        let drops = drops_under_overload(Duration::ZERO);
         let first = drops.first().expect("some packet dropped");
         assert!(first.0 >= 100, "dropped before an interval: {drops:?}");
         assert_eq!(first.1, ShapeDrop::QueueDelay);
+    }
+
+    #[test]
+    fn a_shaper_of_a_site_with_a_long_lane_lets_a_queue_stand_for_that_lanes_round_trip() {
+        let ms = Duration::from_millis;
+        let short = drops_under_overload(Duration::ZERO);
+        // Lanes 10 ms away: CoDel's defaults, the same drops.
+        assert_eq!(drops_under_overload(ms(10)), short);
+        // A lane 60 ms away: the interval is 170 ms and the target 8.5 ms.
+        let long = drops_under_overload(ms(60));
+        let (first, why) = long.first().copied().expect("some packet dropped");
+        assert_eq!(why, ShapeDrop::QueueDelay);
+        assert!(
+            first >= 170 && first > short[0].0 + 70,
+            "{short:?} {long:?}"
+        );
     }
 
     #[test]
