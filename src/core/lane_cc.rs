@@ -164,8 +164,8 @@ impl LaneWindow {
             // Below its uplink's rate on a path that shows no queue: what cut the
             // window (another sender's queue at the uplink, a loss) is gone, and braid's
             // shaper holds what the lane carries to the rate. NewReno's packet per round
-            // trip took a 32 Mbit/s lane 60 ms away six seconds back to its rate once a
-            // download beside braid ended (the AFMT paper's delay variant; README,
+            // trip took a 32 Mbit/s lane over a 60 ms round trip six seconds back to its
+            // rate once a download beside braid ended (the AFMT paper's delay variant; README,
             // "The shaper's queue over long lanes").
             self.window = (self.window + bytes).min(rate_window);
         } else {
