@@ -26,8 +26,7 @@
 //! drains again.
 //!
 //! A lane whose uplink has a known rate starts at that rate instead of slow-starting
-//! ([`LaneWindow::start_at_rate`]), and after congestion grows back to it at slow
-//! start's pace while its path shows no queue.
+//! ([`LaneWindow::start_at_rate`]).
 
 use std::time::Duration;
 
@@ -55,16 +54,6 @@ pub fn compete_after(min_rtt: Duration) -> Duration {
     (min_rtt * 20).max(Duration::from_millis(500))
 }
 
-/// What an uplink of `rate` bytes per second carries in a round trip of `rtt`, plus
-/// the queue the delay cap allows, at most [`MAX_START_WINDOW`].
-fn rate_window(rate: u64, rtt: Duration) -> u64 {
-    let round = (rtt + queue_target(rtt)).as_nanos();
-    let bytes = u128::from(rate) * round / 1_000_000_000;
-    u64::try_from(bytes)
-        .unwrap_or(u64::MAX)
-        .min(MAX_START_WINDOW)
-}
-
 #[derive(Debug, Clone)]
 pub struct LaneWindow {
     window: u64,
@@ -77,8 +66,6 @@ pub struct LaneWindow {
     initial: u64,
     /// When the queue was last seen below the target.
     calm_at: Instant,
-    /// The uplink's rate in bytes per second, once known.
-    rate: Option<u64>,
 }
 
 impl LaneWindow {
@@ -91,7 +78,6 @@ impl LaneWindow {
             mtu: u64::from(mtu),
             initial: initial_window,
             calm_at: now,
-            rate: None,
         }
     }
 
@@ -136,8 +122,7 @@ impl LaneWindow {
         // uplink then took its own queue for someone else's within half a second and
         // filled the uplink's buffer as NewReno (a 10 ms path's SRTT swung between 25
         // and 65 ms; README, "A lane alone on a jittery path keeps its delay cap").
-        let calm = sample.saturating_sub(min_rtt) < target;
-        if calm {
+        if sample.saturating_sub(min_rtt) < target {
             self.calm_at = now;
         }
         if app_limited || sent <= self.recovery_start {
@@ -154,20 +139,11 @@ impl LaneWindow {
             self.reduce(now, (num.min(den), den));
             return;
         }
-        let rate_window = self.rate.map_or(0, |rate| rate_window(rate, min_rtt));
         if self.window < self.ssthresh {
             self.window += bytes;
             if self.window >= self.ssthresh {
                 self.bytes_acked = self.window - self.ssthresh;
             }
-        } else if calm && self.window < rate_window {
-            // Below its uplink's rate on a path that shows no queue: what cut the
-            // window (another sender's queue at the uplink, a loss) is gone, and braid's
-            // shaper holds what the lane carries to the rate. NewReno's packet per round
-            // trip took a 32 Mbit/s lane over a 60 ms round trip six seconds back to its
-            // rate once a download beside braid ended (the AFMT paper's delay variant; README,
-            // "The shaper's queue over long lanes").
-            self.window = (self.window + bytes).min(rate_window);
         } else {
             self.bytes_acked += bytes;
             if self.bytes_acked >= self.window {
@@ -188,7 +164,6 @@ impl LaneWindow {
     /// "One download with the uplinks' rates configured"). Only in the first slow
     /// start: a window that has met congestion knows the path better.
     pub fn start_at_rate(&mut self, rate: u64, now: Instant, sent: Instant, min_rtt: Duration) {
-        self.rate = Some(rate);
         if self.ssthresh != u64::MAX {
             return;
         }
@@ -196,7 +171,12 @@ impl LaneWindow {
         // acknowledgement, so that the handshake's first one finds only its initial
         // guess (333 ms) as the lowest RTT: this packet's own round trip bounds it.
         let rtt = min_rtt.min(now.saturating_since(sent));
-        self.window = self.window.max(rate_window(rate, rtt));
+        let round = (rtt + queue_target(rtt)).as_nanos();
+        let bytes = u128::from(rate) * round / 1_000_000_000;
+        let start = u64::try_from(bytes)
+            .unwrap_or(u64::MAX)
+            .min(MAX_START_WINDOW);
+        self.window = self.window.max(start);
     }
 
     /// Packets sent at `sent` were lost.
@@ -390,35 +370,6 @@ mod tests {
         w.on_loss(at(50), at(40), false);
         w.start_at_rate(6_250_000, at(180), at(60), ms(120));
         assert_eq!(w.window(), 70_000);
-    }
-
-    #[test]
-    fn a_lane_of_known_rate_grows_back_to_it_at_once_while_its_path_shows_no_queue() {
-        // 32 Mbit/s over a 60 ms path: 4 MB/s for 60 + 7.5 ms, 270 000 bytes.
-        let known = || {
-            let mut w = LaneWindow::new(14_720, 1200, at(0));
-            w.start_at_rate(4_000_000, at(60), at(0), ms(60));
-            assert_eq!(w.window(), 270_000);
-            w.on_loss(at(100), at(90), false);
-            w
-        };
-        // Acknowledged with no queue on the path: a window's worth a round trip more,
-        // up to the rate's window and no further.
-        let mut calm = known();
-        calm.on_ack(at(200), at(140), 189_000, false, ms(60), ms(60));
-        assert_eq!(calm.window(), 270_000);
-        calm.on_ack(at(260), at(200), 50_000, false, ms(60), ms(60));
-        assert_eq!(calm.window(), 270_000);
-        // A queue above the target (someone else's, long enough to compete with):
-        // NewReno's packet per window.
-        let mut queued = known();
-        queued.on_ack(at(2_000), at(1_900), 189_000, false, ms(100), ms(60));
-        assert_eq!(queued.window(), 189_000 + 1200);
-        // An uplink of unknown rate: NewReno's packet per window.
-        let mut unknown = LaneWindow::new(270_000, 1200, at(0));
-        unknown.on_loss(at(100), at(90), false);
-        unknown.on_ack(at(200), at(140), 189_000, false, ms(60), ms(60));
-        assert_eq!(unknown.window(), 189_000 + 1200);
     }
 
     #[test]
