@@ -58,8 +58,9 @@ const MAX_SHAPER_INTERVAL: Duration = Duration::from_millis(250);
 /// asks, plus the bound. A flow striped over the site's lanes is resequenced to the
 /// longest, both ways, and hears of a drop here, made as the packet arrives, only as
 /// late as the packet would have left. With CoDel's 100 ms, one download over paths
-/// 10, 30 and 60 ms away met two drops a congestion episode, as the first had not
-/// reached its sender before the second. At least CoDel's default, at most 250 ms.
+/// 10, 30 and 60 ms away had its window cut twice a congestion episode, as the first
+/// drop had not reached its sender before the second. At least CoDel's default, at
+/// most 250 ms.
 pub fn shaper_interval(longest_one_way: Duration) -> Duration {
     (2 * longest_one_way + MAX_SOJOURN).clamp(INTERVAL, MAX_SHAPER_INTERVAL)
 }

@@ -155,14 +155,15 @@ impl LaneWindow {
 
     /// The lane's uplink has a known rate, `rate` bytes per second, to which braid's
     /// shaper holds what it gives the lane (`core/shaper.rs`); a packet sent at `sent`
-    /// was acknowledged at `now`, and `min_rtt` is the connection's lowest RTT: a window of what the uplink carries in a round trip, plus the
-    /// queue the delay cap allows, cannot overrun the uplink's buffer, so the lane
-    /// starts there. Slow-starting from ten packets, lanes lag the inner flow's own
-    /// slow start, which then queues in braid and leaves slow start on that rising
-    /// round trip, far below the uplinks' capacity (one download over one-way delays
-    /// of 10, 30 and 60 ms: 67-69 % of the uplinks' sum against 41-42 %; README,
-    /// "One download with the uplinks' rates configured"). Only in the first slow
-    /// start: a window that has met congestion knows the path better.
+    /// was acknowledged at `now`, and `min_rtt` is the connection's lowest RTT. A
+    /// window of what the uplink carries in a round trip, plus the queue the delay cap
+    /// allows, cannot overrun the uplink's buffer, so the lane starts there.
+    /// Slow-starting from ten packets, lanes lag the inner flow's own slow start,
+    /// which then queues in braid and leaves slow start on that rising round trip, far
+    /// below the uplinks' capacity (one download over one-way delays of 10, 30 and
+    /// 60 ms: 67-69 % of the uplinks' sum against 41-42 % when this came; README, "One
+    /// download with the uplinks' rates configured"). Only in the first slow start: a
+    /// window that has met congestion knows the path better.
     pub fn start_at_rate(&mut self, rate: u64, now: Instant, sent: Instant, min_rtt: Duration) {
         if self.ssthresh != u64::MAX {
             return;
