@@ -33,8 +33,9 @@
 //! at the uplink's bottleneck together) while no lane with two busy flows fewer takes
 //! it and some other lane has room is striped: from then on each of its packets takes
 //! the lane where it is expected to arrive first, `srtt / 2 + (fill + len) * srtt /
-//! cwnd`, which spreads a bulk flow over the lanes in proportion to what each carries
-//! and keeps arrival order close to send order. Its packets carry the gap to the flow's
+//! cwnd` (`srtt / 2` for a lane with nothing queued, `LaneView::arrival`), which
+//! spreads a bulk flow over the lanes in proportion to what each carries and keeps
+//! arrival order close to send order. Its packets carry the gap to the flow's
 //! previous packet, and the receiving gateway puts them back in order (`reseq.rs`).
 //! The flow stops being striped once it pauses for longer than the slowest lane takes
 //! to deliver, so short and light flows never stripe. A bulk flow (more than
