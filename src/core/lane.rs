@@ -163,12 +163,14 @@ impl LaneView {
 
     /// When a packet of `len` bytes handed to the lane now is expected to arrive:
     /// half its round-trip time (the one-way delay) after braid's queue for it drains.
-    /// A packet that finds the queue empty leaves at once, as QUIC's window had room
-    /// for every packet before it: counting its own bytes at the window's rate made a
-    /// lane with a small window look later than it is by a whole packet's share of its
-    /// round trip (11 ms on a 60 ms path at QUIC's initial window), so that striped
-    /// packets went to it only once the other lanes' queues were that much longer, and
-    /// its window stayed at its initial size for the first 4 s of a traced download.
+    /// A packet that finds the queue empty is counted as leaving at once: QUIC took
+    /// every packet before it, so its window most likely has room (braid sees the
+    /// queue, not the bytes in flight; README, "What ends the inner flow's ramp").
+    /// Counting its own bytes at the window's rate made a lane with a small window look
+    /// later than it is by a whole packet's share of its round trip (11 ms on a 60 ms
+    /// path at QUIC's initial window), so that striped packets went to it only once the
+    /// other lanes' queues were that much longer, and its window stayed at its initial
+    /// size for the first 4 s of a traced download.
     pub fn arrival(&self, len: usize, now: Instant) -> Duration {
         let srtt = self.path_srtt(now);
         let behind = if self.fill == 0 { 0 } else { len };

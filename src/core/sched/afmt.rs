@@ -637,8 +637,8 @@ mod tests {
         // Lane 0: 20 ms round trip, a 50 kB window and 130 kB queued, so a packet arrives
         // after 10 + 131 400 * 20/50 000 = 62.6 ms. Lane 1: 120 ms, QUIC's initial window,
         // nothing queued: the packet leaves at once and arrives after 60 ms. Counted at
-        // the window's rate, it would arrive after 60 + 1400 * 120/14 720 = 71.4 ms: no
-        // striped packet would go there, and its window would never grow.
+        // the window's rate, it would arrive after 60 + 1400 * 120/14 720 = 71.4 ms, and
+        // striped packets would go there only once lane 0 queued 9 ms more.
         let mut lanes = [lane(0, 20, 50_000, 130_000), lane(1, 120, 14_720, 0)];
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
         // Once it holds a packet, the next one waits behind it at the window's rate:
