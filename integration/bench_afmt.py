@@ -106,9 +106,10 @@ def counters(text, family):
 
 
 # Where a download's packets were lost: the exit's drops by reason and its lanes' QUIC
-# losses (the uplinks' queues), and what the entry's resequencer did.
+# losses (the uplinks' queues), and what the entry's resequencer did; and the padding
+# the exit's lanes sent to open their windows.
 FAMILIES = (("ex", "braid_packets_dropped_total"), ("ex", "braid_lane_lost_packets_total"),
-            ("en", "braid_reseq_packets_total"))
+            ("en", "braid_reseq_packets_total"), ("ex", "braid_lane_opening_bytes_total"))
 
 
 def counter_deltas(name, before):
@@ -320,7 +321,7 @@ def report(variant, rows, seconds):
             print(f"{r['algorithm']:22} per flow (Mbit/s got of wanted): {demanded}")
     for r in rows:
         if r.get("counters"):
-            print(f"{r['algorithm']:22} drops and resequencing: "
+            print(f"{r['algorithm']:22} drops, resequencing, padding: "
                   + ", ".join(f"{k} {v}" for k, v in sorted(r["counters"].items())))
     by = {r["algorithm"]: r["bytes"] for r in rows}
     if "afmt" in by:

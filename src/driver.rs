@@ -34,7 +34,7 @@ use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, PROBE};
+use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
 use crate::lane::{LaneEvent, NewLane};
 use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
@@ -756,11 +756,12 @@ async fn send_loop(
 ) {
     while let Some(datagram) = queue.recv().await {
         let len = datagram.len() as u64;
+        let probe = is_probe(&datagram);
         let sent = conn.send_datagram_wait(datagram).await;
         progress.dequeued_bytes.fetch_add(len, Ordering::Relaxed);
         match sent {
             // Counted as the lane's inner packets: not probes, which carry none.
-            Ok(()) if len == PROBE.len() as u64 => {}
+            Ok(()) if probe => {}
             Ok(()) => {
                 progress.sent_packets.fetch_add(1, Ordering::Relaxed);
                 progress.sent_bytes.fetch_add(len, Ordering::Relaxed);

@@ -46,6 +46,7 @@ pub struct Metrics {
     lane_stalls: IntCounterVec,
     lane_resent: IntCounterVec,
     lane_probes: IntCounterVec,
+    lane_opening_bytes: IntCounterVec,
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     reseq_packets: IntCounterVec,
@@ -95,6 +96,7 @@ pub struct LaneMetrics {
     pub resent: IntCounter,
     pub probes_sent: IntCounter,
     pub probes_received: IntCounter,
+    pub opening_bytes: IntCounter,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: Vec<IntCounter>,
 }
@@ -234,6 +236,10 @@ impl Metrics {
                 "lane_probes_total",
                 "Probes the lane sent while an answer from its peer was overdue, and probes it received",
                 Some("direction"),
+            )?,
+            lane_opening_bytes: counter(
+                "lane_opening_bytes_total",
+                "Bytes of padding the lane sent in its first slow start, to open its window while the site's packets queued on a lane with a larger one",
             )?,
             decisions: counter_by(
                 "sched_decisions_total",
@@ -411,6 +417,7 @@ impl Metrics {
                 colour.as_str(),
                 "received",
             ]),
+            opening_bytes: self.lane_opening_bytes.with_label_values(&l),
             decisions: DecisionKind::ALL
                 .iter()
                 .map(|k| {
@@ -842,6 +849,8 @@ impl Export {
                 .inc_by(now.probes_sent.saturating_sub(old.probes_sent));
             m.probes_received
                 .inc_by(now.probes_received.saturating_sub(old.probes_received));
+            m.opening_bytes
+                .inc_by(now.opening_bytes.saturating_sub(old.opening_bytes));
             for (k, c) in m.decisions.iter().enumerate() {
                 c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
             }

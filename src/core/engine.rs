@@ -47,7 +47,8 @@ use super::shaper::{AbeSettings, Released, ShapeDrop, Shaper};
 use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
 use super::wire::{
-    DATAGRAM_HEADER_LEN, DatagramHeader, PROBE, split_datagram, write_datagram_header,
+    DATAGRAM_HEADER_LEN, DatagramHeader, PROBE, PROBE_PADDING, is_probe, split_datagram,
+    write_datagram_header,
 };
 
 /// How often each end of an idle lane sends a keep-alive (quinn's PING): it keeps
@@ -315,6 +316,8 @@ pub struct LaneCounters {
     /// received from the peer.
     pub probes_sent: u64,
     pub probes_received: u64,
+    /// Bytes of padding sent to open the lane's window (see `DataPath::open_lanes`).
+    pub opening_bytes: u64,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: [u64; DecisionKind::ALL.len()],
 }
@@ -402,6 +405,11 @@ struct Lane {
     quinn_queued_bytes: u64,
     /// The lowest SRTT sampled recently.
     min_srtt: WindowedMin,
+    /// In its first slow start: neither a window reduction nor a loss has shown the
+    /// path's capacity yet (see [`DataPath::open_lanes`]). And its window at the last
+    /// sample.
+    opening: bool,
+    sampled_cwnd: u64,
     /// Keeps the lane's queue inside braid short in time, whatever its rate.
     codel: CoDel,
     /// The shaper of the lane's uplink (an index into the engine's), when its rate is
@@ -831,7 +839,7 @@ impl DataPath {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return self.count_drop(DropReason::NoLane);
         };
-        if datagram.len() == PROBE.len() {
+        if is_probe(&datagram) {
             // A probe: QUIC acknowledges it; it carries nothing for braid.
             l.counters.probes_received += 1;
             return;
@@ -924,6 +932,8 @@ impl DataPath {
             handed_bytes: 0,
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
+            opening: true,
+            sampled_cwnd: 0,
             codel: CoDel::for_lane(Duration::ZERO),
             shaper: None,
             min_srtt: WindowedMin::default(),
@@ -1023,6 +1033,10 @@ impl DataPath {
         l.dequeued_bytes = sample.dequeued_bytes;
         l.quinn_queued_bytes = sample.quinn_queued_bytes;
         l.closed = sample.closed;
+        if sample.cwnd < l.sampled_cwnd || sample.lost_packets > l.counters.lost_packets {
+            l.opening = false;
+        }
+        l.sampled_cwnd = sample.cwnd;
         l.counters.tx_packets = sample.sent_packets;
         l.counters.tx_bytes = sample.sent_bytes;
         l.counters.lost_packets = sample.lost_packets;
@@ -1508,6 +1522,7 @@ impl DataPath {
             return self.count_drop(DropReason::NoLane);
         };
         pick.lane += lanes.start;
+        let group = lanes.clone();
         let longest = site.lanes[lanes]
             .iter()
             .filter(|v| v.up)
@@ -1570,6 +1585,7 @@ impl DataPath {
             }
         };
         site.tx_seq = site.tx_seq.wrapping_add(1);
+        let queued_ahead = view.fill > 0;
         // Until the next sample, the packet counts towards the lane's fill, so that a
         // batch of packets does not all pick the same lane.
         view.fill += info.len as u64;
@@ -1586,7 +1602,71 @@ impl DataPath {
             let id = view.id;
             let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
             self.stall_check_at = earliest(self.stall_check_at, due);
+            let len = datagram.len();
             self.transmits.push_back(Transmit { lane: id, datagram });
+            if queued_ahead {
+                self.open_lanes(site_idx, group, id, len, now);
+            }
+        }
+    }
+
+    /// A packet of `len` bytes was queued behind others on lane `busy`: hands a probe
+    /// as long, padded with zeros, to each other lane of `group` that is still in its
+    /// first slow start, has nothing queued, and whose window carries less in a round
+    /// trip than `busy`'s. The receiver drops it (see [`is_probe`]).
+    ///
+    /// Why: a lane's window grows only while it is full (quinn calls a connection that
+    /// ran out of data application-limited), and striping fills a lane only once it
+    /// delivers a packet as early as the others do: by its window per round trip. So
+    /// a long lane of unknown rate stayed at a few packets' window while one
+    /// download ramped up over the shorter ones, and the download met its first loss
+    /// where it overran them (one download over 10, 30 and 60 ms: the 60 ms lane's
+    /// window at 15-90 kB for seconds, 40-67 % of the uplinks' sum; README, "What ends
+    /// the inner flow's ramp"). Padding fills that lane's window while the site has
+    /// more to send than the others take, so it opens at its uplink's pace, and no
+    /// packet of the site waits behind it: the padding only goes where nothing is
+    /// queued, and striping counts it as queued. It stops for good at the lane's first
+    /// window reduction or loss, and meanwhile once its window matches the busy lane's.
+    fn open_lanes(
+        &mut self,
+        site_idx: SiteIdx,
+        group: std::ops::Range<usize>,
+        busy: LaneId,
+        len: usize,
+        now: Instant,
+    ) {
+        let len = len.min(PROBE_PADDING.len());
+        let site = &mut self.sites[site_idx.0 as usize];
+        let Some(&busy_view) = site.lanes.iter().find(|v| v.id == busy) else {
+            return;
+        };
+        for view in &mut site.lanes[group] {
+            if !view.up
+                || view.id == busy
+                || view.fill > 0
+                || view.max_datagram + DATAGRAM_HEADER_LEN < len
+            {
+                continue;
+            }
+            let rate = u128::from(view.cwnd) * busy_view.srtt.as_nanos();
+            let busy_rate = u128::from(busy_view.cwnd) * view.srtt.as_nanos();
+            if rate >= busy_rate {
+                continue;
+            }
+            let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
+                continue;
+            };
+            if !lane.opening || lane.shaper.is_some() {
+                continue;
+            }
+            let due = hand_probe_to_lane(lane, len as u64, view.srtt, Duration::ZERO, now);
+            self.stall_check_at = earliest(self.stall_check_at, due);
+            lane.counters.opening_bytes += len as u64;
+            view.fill += len as u64;
+            self.transmits.push_back(Transmit {
+                lane: view.id,
+                datagram: Bytes::from_static(&PROBE_PADDING[..len]),
+            });
         }
     }
 
@@ -1884,9 +1964,21 @@ fn hand_to_lane(
     sojourn: Duration,
     now: Instant,
 ) -> Option<Instant> {
-    lane.handed_bytes += datagram.len() as u64;
-    lane.handed_datagrams += 1;
     lane.keep_recent(datagram, now);
+    hand_probe_to_lane(lane, datagram.len() as u64, srtt, sojourn, now)
+}
+
+/// Hands a datagram of `len` bytes that carries no packet to a lane's sender, as
+/// [`hand_to_lane`] does one that does.
+fn hand_probe_to_lane(
+    lane: &mut Lane,
+    len: u64,
+    srtt: Duration,
+    sojourn: Duration,
+    now: Instant,
+) -> Option<Instant> {
+    lane.handed_bytes += len;
+    lane.handed_datagrams += 1;
     if lane.answer_due.is_some() {
         return None;
     }
@@ -2860,16 +2952,68 @@ pub(crate) mod tests {
         let mut e = engine(Role::Exit, Algorithm::RoundRobin);
         let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
         e.handle_lane_datagram(lane, Bytes::from_static(&PROBE), at(1));
+        // Padded, as a lane opening its window sends it.
+        e.handle_lane_datagram(lane, Bytes::from_static(&PROBE_PADDING[..1200]), at(1));
         let counters = e.lane(lane).map(|l| *l.counters);
         assert_eq!(
             counters.map(|c| (c.probes_received, c.rx_packets)),
-            Some((1, 0))
+            Some((2, 0))
         );
         assert_eq!(e.poll_tun_write(), None);
         assert!(
             DropReason::ALL.iter().all(|r| e.dropped(*r) == 0),
             "not a drop"
         );
+    }
+
+    #[test]
+    fn a_lane_in_its_first_slow_start_is_padded_while_a_lane_with_a_larger_window_queues() {
+        let mut e = engine(Role::Exit, Algorithm::Single);
+        let short = up(&mut e, "a", 1400);
+        let up = LaneUp {
+            site: "a",
+            uplink: "lte",
+            colour: Colour::Blue,
+            rank: 1,
+            rate_kbps: None,
+        };
+        let long = e.handle_lane_up(up, at(0)).expect("known site");
+        // The long lane: 14 720 bytes per 120 ms, against the short one's 100 000 per
+        // 20 ms.
+        let small = |e: &DataPath, cwnd| LaneSample {
+            srtt: Duration::from_millis(120),
+            cwnd,
+            ..drained(e, long, 1)
+        };
+        e.handle_lane_sample(long, small(&e, 14_720), at(1));
+        let packet = to_site_a();
+        let len = packet.len() + DATAGRAM_HEADER_LEN;
+        let sent = |e: &mut DataPath, now| {
+            send(e, &packet, now);
+            transmits(e)
+                .iter()
+                .map(|t| (t.lane, t.datagram.len(), is_probe(&t.datagram)))
+                .collect::<Vec<_>>()
+        };
+        // Nothing queued ahead of the first packet: nothing to open the lane for.
+        assert_eq!(sent(&mut e, at(2)), [(short, len, false)]);
+        // The second queues behind it: the long lane gets as many bytes of padding.
+        assert_eq!(
+            sent(&mut e, at(2)),
+            [(short, len, false), (long, len, true)]
+        );
+        let opened = |e: &DataPath| e.lane(long).map(|l| l.counters.opening_bytes);
+        assert_eq!(opened(&e), Some(len as u64));
+        // Padding counts as queued: none goes on top of it.
+        assert_eq!(sent(&mut e, at(2)), [(short, len, false)]);
+        // Once the long lane's window carries as much per round trip, none either.
+        e.handle_lane_sample(long, small(&e, 600_000), at(3));
+        assert_eq!(sent(&mut e, at(3)), [(short, len, false)]);
+        // Nor, for good, once its window was cut.
+        e.handle_lane_sample(long, small(&e, 14_720), at(4));
+        e.handle_lane_sample(long, small(&e, 20_000), at(5));
+        assert_eq!(sent(&mut e, at(5)), [(short, len, false)]);
+        assert_eq!(opened(&e), Some(len as u64));
     }
 
     #[test]

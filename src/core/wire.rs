@@ -29,6 +29,19 @@ pub const DATAGRAM_HEADER_LEN: usize = 6;
 /// DATAGRAM frame); the receiver counts it and drops it.
 pub const PROBE: [u8; DATAGRAM_HEADER_LEN] = [0; DATAGRAM_HEADER_LEN];
 
+/// Zeros to pad a probe with: a probe as long as the packets a lane is opened with
+/// (see `engine.rs`, `open_lanes`) is a slice of it.
+pub static PROBE_PADDING: [u8; 2048] = [0; 2048];
+
+/// Whether a received datagram is a probe: a header of zeros, then nothing or zeros.
+/// No IP packet starts with a zero byte (its version), so a packet that happens to
+/// get sequence number 0 with no flow gap is not taken for one.
+pub fn is_probe(datagram: &[u8]) -> bool {
+    datagram.len() >= DATAGRAM_HEADER_LEN
+        && datagram[..DATAGRAM_HEADER_LEN] == PROBE
+        && datagram.get(DATAGRAM_HEADER_LEN).is_none_or(|&b| b == 0)
+}
+
 /// The header of a datagram: see [`DATAGRAM_HEADER_LEN`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramHeader {
@@ -145,6 +158,17 @@ pub fn check_name(field: &'static str, name: &str) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_is_a_header_of_zeros_and_nothing_or_zeros_behind_it() {
+        assert!(is_probe(&PROBE));
+        assert!(is_probe(&PROBE_PADDING[..1200]));
+        // A packet that happens to get sequence number 0 and no flow gap.
+        let mut packet = vec![0; DATAGRAM_HEADER_LEN];
+        packet.extend_from_slice(&[0x45, 0, 0, 20]);
+        assert!(!is_probe(&packet));
+        assert!(!is_probe(&PROBE[..3]));
+    }
 
     #[test]
     fn hello_round_trips() {
