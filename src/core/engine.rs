@@ -1605,15 +1605,16 @@ impl DataPath {
             let len = datagram.len();
             self.transmits.push_back(Transmit { lane: id, datagram });
             if queued_ahead {
-                self.open_lanes(site_idx, group, id, len, now);
+                self.open_lanes(site_idx, group, pick.lane, len, now);
             }
         }
     }
 
-    /// A packet of `len` bytes was queued behind others on lane `busy`: hands a probe
-    /// as long, padded with zeros, to each other lane of `group` that is still in its
-    /// first slow start, has nothing queued, and whose window carries less in a round
-    /// trip than `busy`'s. The receiver drops it (see [`is_probe`]).
+    /// A packet of `len` bytes was queued behind others on the site's lane at index
+    /// `busy`: hands a probe as long, padded with zeros, to each other lane of `group`
+    /// that is still in its first slow start, has nothing queued, and whose window
+    /// carries less in a round trip than the busy lane's. The receiver drops it (see
+    /// [`is_probe`]).
     ///
     /// Why: a lane's window grows only while it is full (quinn calls a connection that
     /// ran out of data application-limited), and striping fills a lane only once it
@@ -1626,37 +1627,38 @@ impl DataPath {
     /// more to send than the others take, so it opens at its uplink's pace, and no
     /// packet of the site waits behind it: the padding only goes where nothing is
     /// queued, and striping counts it as queued. It stops for good at the lane's first
-    /// window reduction or loss, and meanwhile once its window matches the busy lane's.
+    /// window reduction or loss, and meanwhile once its window matches the busy lane's
+    /// (padded until its own window met congestion, a 60 ms lane was padded with
+    /// about 2 MB/s for a whole download). That download then got 45-75 % of the sum,
+    /// mean 65 against 53 for the build before in six rounds each.
     fn open_lanes(
         &mut self,
         site_idx: SiteIdx,
         group: std::ops::Range<usize>,
-        busy: LaneId,
+        busy: usize,
         len: usize,
         now: Instant,
     ) {
         let len = len.min(PROBE_PADDING.len());
         let site = &mut self.sites[site_idx.0 as usize];
-        let Some(&busy_view) = site.lanes.iter().find(|v| v.id == busy) else {
-            return;
-        };
+        let busy = site.lanes[busy];
         for view in &mut site.lanes[group] {
             if !view.up
-                || view.id == busy
+                || view.id == busy.id
                 || view.fill > 0
                 || view.max_datagram + DATAGRAM_HEADER_LEN < len
             {
-                continue;
-            }
-            let rate = u128::from(view.cwnd) * busy_view.srtt.as_nanos();
-            let busy_rate = u128::from(busy_view.cwnd) * view.srtt.as_nanos();
-            if rate >= busy_rate {
                 continue;
             }
             let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
                 continue;
             };
             if !lane.opening || lane.shaper.is_some() {
+                continue;
+            }
+            // cwnd / srtt against the busy lane's.
+            let carries = u128::from(view.cwnd) * busy.srtt.as_nanos();
+            if carries >= u128::from(busy.cwnd) * view.srtt.as_nanos() {
                 continue;
             }
             let due = hand_probe_to_lane(lane, len as u64, view.srtt, Duration::ZERO, now);
