@@ -30,7 +30,8 @@ pub const DATAGRAM_HEADER_LEN: usize = 6;
 pub const PROBE: [u8; DATAGRAM_HEADER_LEN] = [0; DATAGRAM_HEADER_LEN];
 
 /// Zeros to pad a probe with: a probe as long as the packets a lane is opened with
-/// (see `engine.rs`, `open_lanes`) is a slice of it.
+/// (see `engine.rs`, `open_lanes`) is a slice of it. More than a datagram over a
+/// 1500-byte path holds; over jumbo frames the padding is shorter than the packet.
 pub static PROBE_PADDING: [u8; 2048] = [0; 2048];
 
 /// Whether a received datagram is a probe: a header of zeros, then nothing or zeros.
