@@ -34,7 +34,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
-use super::aqm::{AqmDrop, CoDel};
+use super::aqm::{self, AqmDrop, CoDel};
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -357,6 +357,10 @@ struct Site {
     tx_seq: u32,
     /// Puts this site's striped flows back in order and counts reordering.
     reseq: Resequencer,
+    /// By the lanes' `Colour as usize`: until when the lanes' CoDel drops no packet
+    /// of a flow the receiver resequences, after it dropped one on any lane of that
+    /// colour ([`aqm::resequenced_drop_spacing`]).
+    resequenced_drops_quiet_until: [Instant; 2],
 }
 
 /// A lane's state beyond what the scheduler sees.
@@ -1584,14 +1588,25 @@ impl DataPath {
                 queued.map(|()| None)
             }
             None if lane.queued_bytes() + len > self.lane_queue_limit => Err(ShapeDrop::QueueFull),
-            None => match lane
-                .codel
-                .verdict(excess, view.fill, view.max_datagram as u64, now)
-            {
-                Some(AqmDrop::TooLate) => Err(ShapeDrop::QueueFull),
-                Some(AqmDrop::Standing) => Err(ShapeDrop::QueueDelay),
-                None => Ok(Some(datagram)),
-            },
+            None => {
+                // A flow the receiver resequences is striped over the colour's lanes,
+                // each with its own CoDel: one drop per congestion episode of the
+                // flow, not one per lane.
+                let resequenced = pick.gap != 0;
+                let quiet = &mut site.resequenced_drops_quiet_until[view.colour as usize];
+                let not_before = if resequenced { *quiet } else { Instant::ZERO };
+                let mtu = view.max_datagram as u64;
+                match lane.codel.verdict(excess, view.fill, mtu, now, not_before) {
+                    Some(AqmDrop::TooLate) => Err(ShapeDrop::QueueFull),
+                    Some(AqmDrop::Standing) => {
+                        if resequenced {
+                            *quiet = now + aqm::resequenced_drop_spacing(longest);
+                        }
+                        Err(ShapeDrop::QueueDelay)
+                    }
+                    None => Ok(Some(datagram)),
+                }
+            }
         };
         let datagram = match verdict {
             Ok(datagram) => datagram,
@@ -1932,6 +1947,7 @@ impl Site {
             schedulers: schedulers(algorithm, flow_idle_timeout, max_flows),
             tx_seq: 0,
             reseq: Resequencer::new(flow_idle_timeout, max_flows, RESEQ_MIN_DEADLINE),
+            resequenced_drops_quiet_until: [Instant::ZERO; 2],
         }
     }
 }
@@ -3098,25 +3114,42 @@ pub(crate) mod tests {
     /// and the shell sends up to 5 000 bytes a millisecond of what the engine handed
     /// it. Answers the milliseconds in which CoDel dropped, and the bytes sent.
     fn run_lane(ms: u64, arriving: impl Fn(u64) -> u64) -> (DataPath, Vec<u64>, u64) {
-        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
-        let lane = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        run_lanes(Algorithm::RoundRobin, 1, ms, arriving)
+    }
+
+    /// [`run_lane`] over `count` such lanes of one site, scheduled by `algorithm`.
+    fn run_lanes(
+        algorithm: Algorithm,
+        count: usize,
+        ms: u64,
+        arriving: impl Fn(u64) -> u64,
+    ) -> (DataPath, Vec<u64>, u64) {
+        let mut e = engine(Role::Entry, algorithm);
+        let lanes: Vec<LaneId> = (0..count)
+            .map(|i| lane_up(&mut e, "a", &format!("up{i}"), 1400, at(0)))
+            .collect();
         let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
         let datagram = DATAGRAM_HEADER_LEN as u64 + pkt.len() as u64;
-        let (mut handed, mut dequeued) = (0, 0);
+        let (mut handed, mut dequeued) = (vec![0; count], vec![0; count]);
         let mut drops_at = Vec::new();
         for t in 1..ms {
             let before = e.dropped(DropReason::QueueDelay);
             for _ in 0..arriving(t) {
                 send(&mut e, &pkt, at(t));
             }
-            handed += transmits(&mut e).len() as u64 * datagram;
-            dequeued = handed.min(dequeued + 5_000);
-            e.handle_lane_dequeued(lane, dequeued);
+            for sent in transmits(&mut e) {
+                let i = lanes.iter().position(|&l| l == sent.lane).expect("a lane");
+                handed[i] += datagram;
+            }
+            for (i, &lane) in lanes.iter().enumerate() {
+                dequeued[i] = handed[i].min(dequeued[i] + 5_000);
+                e.handle_lane_dequeued(lane, dequeued[i]);
+            }
             if e.dropped(DropReason::QueueDelay) > before {
                 drops_at.push(t);
             }
         }
-        (e, drops_at, dequeued)
+        (e, drops_at, dequeued.iter().sum())
     }
 
     /// The datagram of [`run_lane`]'s packets.
@@ -3151,6 +3184,35 @@ pub(crate) mod tests {
             "{mean:?}"
         );
         assert_eq!(e.queue_delay(Colour::Green).count(), 0);
+    }
+
+    #[test]
+    fn a_flow_striped_over_lanes_meets_one_drop_per_two_of_its_round_trips() {
+        // One flow over two lanes of 5 MB/s: 100 000 bytes at once, then as much as
+        // the lanes send, a standing queue of 10 ms on each. A lane alone drops from
+        // it ever faster (the test above); the striped flow, resequenced at the
+        // receiver, meets one drop per 200 ms (two round trips of a site whose
+        // longest lane is 10 ms away: CoDel's 100 ms) on whichever lane.
+        let d = RUN_LANE_DATAGRAM;
+        let (e, drops_at, _) = run_lanes(Algorithm::Afmt, 2, 1_000, |t| {
+            if t == 1 {
+                100_000 / d
+            } else {
+                t * 10_000 / d - (t - 1) * 10_000 / d
+            }
+        });
+        let striped: u64 = (0..2)
+            .map(|i| {
+                e.lanes[i].as_ref().expect("lane").counters.decisions[DecisionKind::Stripe as usize]
+            })
+            .sum();
+        assert!(striped > 1_000, "{striped} packets striped");
+        assert!(drops_at.len() >= 3, "{drops_at:?}");
+        assert!((50..=60).contains(&drops_at[0]), "{drops_at:?}");
+        for pair in drops_at.windows(2) {
+            assert!(pair[1] - pair[0] >= 200, "{drops_at:?}");
+        }
+        assert_eq!(e.dropped(DropReason::QueueFull), 0);
     }
 
     #[test]
