@@ -157,17 +157,17 @@ impl CoDel {
     }
 
     /// Decides about a packet arriving at a queue whose packets wait `sojourn` and
-    /// which holds `backlog` bytes: the queue's bound first, then CoDel's rule, whose
-    /// drops wait until `not_before` (CoDel's state then is as if the packets before
-    /// had not been due). A queue holding at most one packet of `mtu` bytes is never
-    /// too long.
+    /// which holds `backlog` bytes: the queue's bound first, then CoDel's rule. A drop
+    /// CoDel's rule makes due is not made before `not_before()`, asked only then (a
+    /// packet spared that way leaves CoDel's state as it was). A queue holding at most
+    /// one packet of `mtu` bytes is never too long.
     pub fn verdict(
         &mut self,
         sojourn: Duration,
         backlog: u64,
         mtu: u64,
         now: Instant,
-        not_before: Instant,
+        not_before: impl FnOnce() -> Instant,
     ) -> Option<AqmDrop> {
         if sojourn > self.max_sojourn && backlog > mtu {
             Some(AqmDrop::TooLate)
@@ -180,7 +180,7 @@ impl CoDel {
 
     /// CoDel's rule alone: decides about a packet arriving at a queue whose packets wait `sojourn` and
     /// which holds `backlog` bytes: true when it should be dropped, never before
-    /// `not_before`. A queue holding at
+    /// `not_before()`. A queue holding at
     /// most one packet of `mtu` bytes is never above the target (the sojourn of one
     /// packet on a slow link is its serialisation, not a queue).
     fn should_drop(
@@ -189,7 +189,7 @@ impl CoDel {
         backlog: u64,
         mtu: u64,
         now: Instant,
-        not_before: Instant,
+        not_before: impl FnOnce() -> Instant,
     ) -> bool {
         let ok_to_drop = if sojourn < self.target || backlog <= mtu {
             self.first_above = None;
@@ -208,14 +208,14 @@ impl CoDel {
                 self.dropping = false;
                 return false;
             }
-            if now < self.drop_next.max(not_before) {
+            if now < self.drop_next || now < not_before() {
                 return false;
             }
             self.count = self.count.saturating_add(1);
             self.drop_next = control_law(self.drop_next, self.interval, self.count);
             return true;
         }
-        if !ok_to_drop || now < not_before {
+        if !ok_to_drop || now < not_before() {
             return false;
         }
         self.dropping = true;
@@ -258,7 +258,7 @@ mod tests {
     /// that `sojourn(t)` describes; answers the instants of the drops.
     fn run(codel: &mut CoDel, from: u64, to: u64, sojourn: impl Fn(u64) -> Duration) -> Vec<u64> {
         (from..to)
-            .filter(|&t| codel.should_drop(sojourn(t), 20 * MTU, MTU, ms(t), Instant::ZERO))
+            .filter(|&t| codel.should_drop(sojourn(t), 20 * MTU, MTU, ms(t), || Instant::ZERO))
             .collect()
     }
 
@@ -327,20 +327,30 @@ mod tests {
         let mut free = CoDel::default();
         let mut held = CoDel::default();
         let due: Vec<u64> = (0..400)
-            .filter(|&t| free.should_drop(stands(t), 20 * MTU, MTU, ms(t), Instant::ZERO))
+            .filter(|&t| free.should_drop(stands(t), 20 * MTU, MTU, ms(t), || Instant::ZERO))
             .collect();
         assert_eq!(due[..2], [100, 200], "CoDel's own drops");
         let not_before = ms(150);
         let drops: Vec<u64> = (0..400)
-            .filter(|&t| held.should_drop(stands(t), 20 * MTU, MTU, ms(t), not_before))
+            .filter(|&t| held.should_drop(stands(t), 20 * MTU, MTU, ms(t), || not_before))
             .collect();
         // The first drop waits until 150 ms; the next comes an interval later, as
         // after a first drop.
         assert_eq!(drops[..2], [150, 250], "{drops:?}");
-        // A packet of a flow without a wait is dropped on CoDel's schedule meanwhile.
+        // A packet spared leaves CoDel's state as it was: the next one, of a flow
+        // without a wait, is dropped in its place.
         let mut mixed = CoDel::default();
-        assert!(!(0..100).any(|t| mixed.should_drop(stands(t), 20 * MTU, MTU, ms(t), not_before)));
-        assert!(mixed.should_drop(stands(100), 20 * MTU, MTU, ms(100), Instant::ZERO));
+        let wait = |t: u64| {
+            if t.is_multiple_of(2) {
+                not_before
+            } else {
+                Instant::ZERO
+            }
+        };
+        let drops: Vec<u64> = (0..400)
+            .filter(|&t| mixed.should_drop(stands(t), 20 * MTU, MTU, ms(t), || wait(t)))
+            .collect();
+        assert_eq!(drops[..3], [101, 201, 272], "{drops:?}");
     }
 
     #[test]
@@ -351,12 +361,12 @@ mod tests {
         assert_eq!(lane_max_sojourn(d(240)), d(50));
         let mut short = CoDel::for_lane(d(20));
         assert_eq!(
-            short.verdict(d(31), 20 * MTU, MTU, ms(0), Instant::ZERO),
+            short.verdict(d(31), 20 * MTU, MTU, ms(0), || Instant::ZERO),
             Some(AqmDrop::TooLate)
         );
         short.fit_lane(d(120));
         assert_eq!(
-            short.verdict(d(31), 20 * MTU, MTU, ms(1), Instant::ZERO),
+            short.verdict(d(31), 20 * MTU, MTU, ms(1), || Instant::ZERO),
             None
         );
     }
@@ -374,8 +384,11 @@ mod tests {
     fn a_queue_of_one_packet_is_not_a_standing_queue_however_slow_the_link() {
         // One packet on a 100 kbit/s link waits 112 ms: serialisation, not a queue.
         let mut codel = CoDel::default();
-        let dropped = (0..5_000)
-            .any(|t| codel.should_drop(Duration::from_millis(112), MTU, MTU, ms(t), Instant::ZERO));
+        let dropped = (0..5_000).any(|t| {
+            codel.should_drop(Duration::from_millis(112), MTU, MTU, ms(t), || {
+                Instant::ZERO
+            })
+        });
         assert!(!dropped);
     }
 
@@ -384,12 +397,12 @@ mod tests {
         let mut codel = CoDel::default();
         let late = MAX_SOJOURN + Duration::from_millis(1);
         assert_eq!(
-            codel.verdict(late, 20 * MTU, MTU, ms(0), Instant::ZERO),
+            codel.verdict(late, 20 * MTU, MTU, ms(0), || Instant::ZERO),
             Some(AqmDrop::TooLate)
         );
-        assert_eq!(codel.verdict(late, MTU, MTU, ms(1), Instant::ZERO), None);
+        assert_eq!(codel.verdict(late, MTU, MTU, ms(1), || Instant::ZERO), None);
         assert_eq!(
-            codel.verdict(MAX_SOJOURN, 20 * MTU, MTU, ms(2), Instant::ZERO),
+            codel.verdict(MAX_SOJOURN, 20 * MTU, MTU, ms(2), || Instant::ZERO),
             None
         );
     }

@@ -35,6 +35,7 @@ use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
 use super::aqm::{self, AqmDrop, CoDel};
+use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -357,10 +358,9 @@ struct Site {
     tx_seq: u32,
     /// Puts this site's striped flows back in order and counts reordering.
     reseq: Resequencer,
-    /// By the lanes' `Colour as usize`: until when the lanes' CoDel drops no packet
-    /// of a flow the receiver resequences, after it dropped one on any lane of that
-    /// colour ([`aqm::resequenced_drop_spacing`]).
-    resequenced_drops_quiet_until: [Instant; 2],
+    /// Flows the receiver resequences that the lanes' CoDel dropped a packet of: until
+    /// when it drops no other, on whichever lane ([`aqm::resequenced_drop_spacing`]).
+    resequenced_drops: FlowTable<Instant>,
 }
 
 /// A lane's state beyond what the scheduler sees.
@@ -1256,6 +1256,8 @@ impl DataPath {
                 }
                 site.reseq.expire(now);
                 next = earliest(next, site.reseq.next_expiry());
+                site.resequenced_drops.expire(now, |_| ());
+                next = earliest(next, site.resequenced_drops.next_expiry());
             }
             self.expiry_at = next;
         }
@@ -1593,14 +1595,18 @@ impl DataPath {
                 // each with its own CoDel: one drop per congestion episode of the
                 // flow, not one per lane.
                 let resequenced = pick.gap != 0;
-                let quiet = &mut site.resequenced_drops_quiet_until[view.colour as usize];
-                let not_before = if resequenced { *quiet } else { Instant::ZERO };
+                let dropped = &site.resequenced_drops;
+                let not_before = || match dropped.get(flow) {
+                    Some(e) if resequenced => e.value,
+                    _ => Instant::ZERO,
+                };
                 let mtu = view.max_datagram as u64;
                 match lane.codel.verdict(excess, view.fill, mtu, now, not_before) {
                     Some(AqmDrop::TooLate) => Err(ShapeDrop::QueueFull),
                     Some(AqmDrop::Standing) => {
                         if resequenced {
-                            *quiet = now + aqm::resequenced_drop_spacing(longest);
+                            let until = now + aqm::resequenced_drop_spacing(longest);
+                            site.resequenced_drops.record(flow, until, now);
                         }
                         Err(ShapeDrop::QueueDelay)
                     }
@@ -1947,7 +1953,7 @@ impl Site {
             schedulers: schedulers(algorithm, flow_idle_timeout, max_flows),
             tx_seq: 0,
             reseq: Resequencer::new(flow_idle_timeout, max_flows, RESEQ_MIN_DEADLINE),
-            resequenced_drops_quiet_until: [Instant::ZERO; 2],
+            resequenced_drops: FlowTable::new(flow_idle_timeout, max_flows),
         }
     }
 }
@@ -3114,28 +3120,39 @@ pub(crate) mod tests {
     /// and the shell sends up to 5 000 bytes a millisecond of what the engine handed
     /// it. Answers the milliseconds in which CoDel dropped, and the bytes sent.
     fn run_lane(ms: u64, arriving: impl Fn(u64) -> u64) -> (DataPath, Vec<u64>, u64) {
-        run_lanes(Algorithm::RoundRobin, 1, ms, arriving)
+        let (e, drops, sent) = run_lanes(Algorithm::RoundRobin, 1, 1, ms, arriving);
+        (e, drops.into_iter().map(|(t, _)| t).collect(), sent)
     }
 
-    /// [`run_lane`] over `count` such lanes of one site, scheduled by `algorithm`.
+    /// [`run_lane`] over `count` such lanes of one site, scheduled by `algorithm`,
+    /// with the packets of `flows` flows in turn. Answers each of CoDel's drops as
+    /// the millisecond and the flow's index.
     fn run_lanes(
         algorithm: Algorithm,
         count: usize,
+        flows: u16,
         ms: u64,
         arriving: impl Fn(u64) -> u64,
-    ) -> (DataPath, Vec<u64>, u64) {
+    ) -> (DataPath, Vec<(u64, u16)>, u64) {
         let mut e = engine(Role::Entry, algorithm);
         let lanes: Vec<LaneId> = (0..count)
             .map(|i| lane_up(&mut e, "a", &format!("up{i}"), 1400, at(0)))
             .collect();
-        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
-        let datagram = DATAGRAM_HEADER_LEN as u64 + pkt.len() as u64;
+        let packets: Vec<Vec<u8>> = (1..=flows)
+            .map(|port| tcp_v4("198.18.0.2", port, "203.0.113.1", 80))
+            .collect();
+        let datagram = DATAGRAM_HEADER_LEN as u64 + packets[0].len() as u64;
         let (mut handed, mut dequeued) = (vec![0; count], vec![0; count]);
-        let mut drops_at = Vec::new();
+        let mut drops = Vec::new();
+        let mut next_flow = 0;
         for t in 1..ms {
-            let before = e.dropped(DropReason::QueueDelay);
             for _ in 0..arriving(t) {
-                send(&mut e, &pkt, at(t));
+                let before = e.dropped(DropReason::QueueDelay);
+                send(&mut e, &packets[usize::from(next_flow)], at(t));
+                if e.dropped(DropReason::QueueDelay) > before {
+                    drops.push((t, next_flow));
+                }
+                next_flow = (next_flow + 1) % flows;
             }
             for sent in transmits(&mut e) {
                 let i = lanes.iter().position(|&l| l == sent.lane).expect("a lane");
@@ -3145,11 +3162,8 @@ pub(crate) mod tests {
                 dequeued[i] = handed[i].min(dequeued[i] + 5_000);
                 e.handle_lane_dequeued(lane, dequeued[i]);
             }
-            if e.dropped(DropReason::QueueDelay) > before {
-                drops_at.push(t);
-            }
         }
-        (e, drops_at, dequeued.iter().sum())
+        (e, drops, dequeued.iter().sum())
     }
 
     /// The datagram of [`run_lane`]'s packets.
@@ -3188,31 +3202,42 @@ pub(crate) mod tests {
 
     #[test]
     fn a_flow_striped_over_lanes_meets_one_drop_per_two_of_its_round_trips() {
-        // One flow over two lanes of 5 MB/s: 100 000 bytes at once, then as much as
-        // the lanes send, a standing queue of 10 ms on each. A lane alone drops from
-        // it ever faster (the test above); the striped flow, resequenced at the
-        // receiver, meets one drop per 200 ms (two round trips of a site whose
-        // longest lane is 10 ms away: CoDel's 100 ms) on whichever lane.
+        // Flows over lanes of 5 MB/s, one more lane than flows, so that each flow
+        // spreads from its own: 50 000 bytes a lane at once, then as much as the
+        // lanes send, a standing queue of 10 ms on each. A lane alone drops from it
+        // ever faster (the test above); a striped flow, resequenced at the receiver,
+        // meets one drop per 200 ms (two round trips of a site whose longest lane is
+        // 10 ms away: CoDel's 100 ms), on whichever lane.
         let d = RUN_LANE_DATAGRAM;
-        let (e, drops_at, _) = run_lanes(Algorithm::Afmt, 2, 1_000, |t| {
-            if t == 1 {
-                100_000 / d
-            } else {
-                t * 10_000 / d - (t - 1) * 10_000 / d
+        for flows in [1, 2] {
+            let lanes = usize::from(flows) + 1;
+            let rate = lanes as u64 * 5_000;
+            let standing = |t| {
+                if t == 1 {
+                    10 * rate / d
+                } else {
+                    t * rate / d - (t - 1) * rate / d
+                }
+            };
+            let (e, drops, _) = run_lanes(Algorithm::Afmt, lanes, flows, 1_000, standing);
+            let striped: u64 = (0..lanes)
+                .map(|i| {
+                    let lane = e.lanes[i].as_ref().expect("lane");
+                    lane.counters.decisions[DecisionKind::Stripe as usize]
+                })
+                .sum();
+            assert!(striped > 1_000, "{striped} packets striped");
+            assert!((50..=60).contains(&drops[0].0), "{drops:?}");
+            for flow in 0..flows {
+                let at: Vec<u64> = drops.iter().filter(|d| d.1 == flow).map(|d| d.0).collect();
+                assert!(at.len() >= 3, "{flows} flows: {drops:?}");
+                assert!(at.windows(2).all(|p| p[1] - p[0] >= 200), "{drops:?}");
             }
-        });
-        let striped: u64 = (0..2)
-            .map(|i| {
-                e.lanes[i].as_ref().expect("lane").counters.decisions[DecisionKind::Stripe as usize]
-            })
-            .sum();
-        assert!(striped > 1_000, "{striped} packets striped");
-        assert!(drops_at.len() >= 3, "{drops_at:?}");
-        assert!((50..=60).contains(&drops_at[0]), "{drops_at:?}");
-        for pair in drops_at.windows(2) {
-            assert!(pair[1] - pair[0] >= 200, "{drops_at:?}");
+            // One flow's drop spares no other: drops come closer than 200 ms apart.
+            let closer = drops.windows(2).any(|p| p[1].0 - p[0].0 < 200);
+            assert_eq!(closer, flows > 1, "{flows} flows: {drops:?}");
+            assert_eq!(e.dropped(DropReason::QueueFull), 0);
         }
-        assert_eq!(e.dropped(DropReason::QueueFull), 0);
     }
 
     #[test]

@@ -199,7 +199,7 @@ impl Shaper {
         let excess = wait.saturating_sub(intended);
         match self
             .codel
-            .verdict(excess, backlog, mtu + OUTER_OVERHEAD, now, Instant::ZERO)
+            .verdict(excess, backlog, mtu + OUTER_OVERHEAD, now, || Instant::ZERO)
         {
             Some(AqmDrop::TooLate) => return Err(ShapeDrop::QueueFull),
             Some(AqmDrop::Standing) => return Err(ShapeDrop::QueueDelay),
