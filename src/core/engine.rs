@@ -1596,9 +1596,12 @@ impl DataPath {
                 // flow, not one per lane.
                 let resequenced = pick.gap != 0;
                 let dropped = &site.resequenced_drops;
-                let not_before = || match dropped.get(flow) {
-                    Some(e) if resequenced => e.value,
-                    _ => Instant::ZERO,
+                let not_before = || {
+                    if resequenced {
+                        dropped.get(flow).map_or(Instant::ZERO, |e| e.value)
+                    } else {
+                        Instant::ZERO
+                    }
                 };
                 let mtu = view.max_datagram as u64;
                 match lane.codel.verdict(excess, view.fill, mtu, now, not_before) {
