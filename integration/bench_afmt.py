@@ -31,7 +31,8 @@ measured: lanes whose congestion windows earlier traffic has opened, as on a gat
 that has been carrying traffic, instead of freshly connected ones.
 
 Per variant it prints a table and writes DIR/VARIANT.json and DIR/VARIANT.svg (goodput
-per second, like the paper's Figure 4). "Capacity left to the tunnel" is the sum of the
+per second, like the paper's Figure 4), and DIR/VARIANT-rounds.json: every round of every
+algorithm as the JSON has the median one, to look into a round far from the others. "Capacity left to the tunnel" is the sum of the
 uplinks' rates over the run minus the bytes the background flow carried; AFMT's target
 is at least 80 % of it. Below the table: the exit's drops by reason and its lanes' QUIC
 losses (the downloads' sending side) and the entry's resequencing outcomes; the JSON
@@ -361,6 +362,8 @@ def main():
             rows.append(median)
         with open(os.path.join(a.out, f"{variant}.json"), "w") as f:
             json.dump(rows, f, indent=1)
+        with open(os.path.join(a.out, f"{variant}-rounds.json"), "w") as f:
+            json.dump(runs, f, indent=1)
         svg(variant, rows, a.seconds, os.path.join(a.out, f"{variant}.svg"))
         report(variant, rows, a.seconds)
 
