@@ -32,11 +32,12 @@ that has been carrying traffic, instead of freshly connected ones.
 
 Per variant it prints a table and writes DIR/VARIANT.json and DIR/VARIANT.svg (goodput
 per second, like the paper's Figure 4), and DIR/VARIANT-rounds.json: every round of every
-algorithm as the JSON has the median one, to look into a round far from the others. "Capacity left to the tunnel" is the sum of the
-uplinks' rates over the run minus the bytes the background flow carried; AFMT's target
-is at least 80 % of it. Below the table: the exit's drops by reason and its lanes' QUIC
-losses (the downloads' sending side) and the entry's resequencing outcomes; the JSON
-has the lanes' SRTT, window and losses per second, and the exit's drops per second.
+algorithm as the JSON has the median one, to look into a round far from the others.
+"Capacity left to the tunnel" is the sum of the uplinks' rates over the run minus the
+bytes the background flow carried; AFMT's target is at least 80 % of it. Below the
+table: the exit's drops by reason and its lanes' QUIC losses (the downloads' sending
+side) and the entry's resequencing outcomes; the JSON has the lanes' SRTT, window and
+losses per second, and the exit's drops per second.
 """
 import argparse
 import json
