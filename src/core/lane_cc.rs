@@ -20,10 +20,26 @@
 //!
 //! A delay-based controller yields to loss-based cross traffic, which keeps the queue
 //! full whatever the lane does: in the testbed a lane next to one CUBIC flow fell to
-//! nothing. So, as Copa does, the delay cap applies only while the queue has been
-//! seen short recently ([`compete_after`]); a queue that stays long while the lane
-//! backs off is someone else's, and the lane then competes as NewReno until the queue
-//! drains again.
+//! nothing. So, as Copa does, the delay cap applies only while its reductions work: a
+//! queue that stays long while the lane backs off is someone else's, and the lane
+//! then competes as NewReno until the queue drains again. Two signs tell it: no round
+//! trip below the target for [`compete_after`], or [`FUTILE_CUTS`] reductions in a
+//! row, one per round trip, none of which shrank the queue by a quarter. The second
+//! is the quick one: a background CUBIC flow that held the 32 Mbit/s uplink of the
+//! AFMT paper's delay variant about 8 ms deep, just over the lane's 7.5 ms target,
+//! let now and then a round trip under the target through, and the lane, cut by 5 to
+//! 10 % per round trip for five seconds, fell from 135 kB to 3 kB while the
+//! background flow took the uplink. Its own queue, even behind a slow start's
+//! overshoot, falls faster than that after each reduction.
+//!
+//! A lane that competed grows back fast once the cross traffic leaves, as Copa's
+//! velocity does: until the delay cap next reduces it, congestion avoidance's
+//! increase per round trip doubles after each round trip in which no acknowledgement
+//! found even half the target queued. At NewReno's one packet per round trip, the
+//! same lane took the last eight seconds of the run to get from 89 kB back to the
+//! 240 kB its 60 ms path carries. Only after competing: lanes that sped up whenever
+//! the path showed room outgrew the 16 Mbit/s uplink under one download, which then
+//! lost packets and ran at a third of its rate.
 //!
 //! A lane whose uplink has a known rate starts at that rate instead of slow-starting
 //! ([`LaneWindow::start_at_rate`]).
@@ -48,6 +64,11 @@ const MAX_START_WINDOW: u64 = 16 * 1024 * 1024;
 /// Window reduction on loss (Cubic's β).
 const LOSS_BACKOFF: (u64, u64) = (7, 10);
 
+/// Reductions by the delay cap in a row, each in the round trip after the last and
+/// none of which shrank the queue by a quarter, after which the queue is someone
+/// else's: each scales the lane's window to leave half the target queued.
+const FUTILE_CUTS: u32 = 4;
+
 /// How long the queue may stay above the target before the lane stops yielding:
 /// 20 round trips of the path, at least half a second.
 pub fn compete_after(min_rtt: Duration) -> Duration {
@@ -66,6 +87,23 @@ pub struct LaneWindow {
     initial: u64,
     /// When the queue was last seen below the target.
     calm_at: Instant,
+    /// Reductions by the delay cap in a row that did not shrink the queue by a
+    /// quarter: no acknowledgement of a packet sent after one found the queue within
+    /// the target before the next.
+    futile_cuts: u32,
+    /// The queue at the delay cap's last reduction in a row; `Duration::MAX` when none.
+    last_cut_queue: Duration,
+    /// The lane competed with cross traffic, and its delay cap has not reduced it
+    /// since. A loss does not end this: the cross traffic's own queue overflows now
+    /// and then while it leaves.
+    regaining: bool,
+    /// Congestion avoidance's increase per window acknowledged, in MTUs.
+    velocity: u64,
+    /// Acknowledgements of packets sent after this instant end the current round trip.
+    round_start: Instant,
+    /// Every acknowledgement of the current round trip found the path with room: the
+    /// lane was using its window, and under half the queue target stood.
+    round_roomy: bool,
 }
 
 impl LaneWindow {
@@ -78,6 +116,12 @@ impl LaneWindow {
             mtu: u64::from(mtu),
             initial: initial_window,
             calm_at: now,
+            futile_cuts: 0,
+            last_cut_queue: Duration::MAX,
+            regaining: false,
+            velocity: 1,
+            round_start: now,
+            round_roomy: false,
         }
     }
 
@@ -125,11 +169,27 @@ impl LaneWindow {
         if sample.saturating_sub(min_rtt) < target {
             self.calm_at = now;
         }
+        let competing = now.saturating_since(self.calm_at) > compete_after(min_rtt)
+            || self.futile_cuts >= FUTILE_CUTS;
+        self.regaining |= competing;
+        if sent > self.round_start {
+            self.velocity = if self.round_roomy && self.regaining {
+                (self.velocity * 2).min((self.window / 2 / self.mtu).max(1))
+            } else {
+                1
+            };
+            self.round_start = now;
+            self.round_roomy = true;
+        }
+        self.round_roomy &= !app_limited && sample.saturating_sub(min_rtt) < target / 2;
         if app_limited || sent <= self.recovery_start {
             return;
         }
-        let competing = now.saturating_since(self.calm_at) > compete_after(min_rtt);
-        if queue > target && !competing {
+        if queue <= target {
+            // The last reduction worked, or there was none.
+            self.futile_cuts = 0;
+            self.last_cut_queue = Duration::MAX;
+        } else if !competing {
             // Scale the window to what leaves half the target queued: srtt is
             // min_rtt + queue, so one step drains the excess even after slow start
             // overshot by a large factor.
@@ -137,6 +197,15 @@ impl LaneWindow {
             let num = u64::try_from(keep).unwrap_or(u64::MAX);
             let den = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1);
             self.reduce(now, (num.min(den), den));
+            // A queue the lane drains falls by more than a quarter each round trip.
+            if queue.as_nanos() * 4 >= self.last_cut_queue.as_nanos() * 3 {
+                self.futile_cuts += 1;
+            } else {
+                self.futile_cuts = 0;
+            }
+            self.last_cut_queue = queue;
+            // The lane found its path's queue again: what it regained is its own.
+            self.regaining = false;
             return;
         }
         if self.window < self.ssthresh {
@@ -148,7 +217,7 @@ impl LaneWindow {
             self.bytes_acked += bytes;
             if self.bytes_acked >= self.window {
                 self.bytes_acked -= self.window;
-                self.window += self.mtu;
+                self.window += self.mtu * self.velocity;
             }
         }
     }
@@ -204,6 +273,8 @@ impl LaneWindow {
             .max(self.minimum());
         self.ssthresh = self.window;
         self.bytes_acked = 0;
+        self.velocity = 1;
+        self.round_roomy = false;
     }
 
     fn minimum(&self) -> u64 {
@@ -313,6 +384,45 @@ mod tests {
         assert!(w.window() < before);
     }
 
+    /// One acknowledgement per round trip of a 60 ms path (7.5 ms queue target),
+    /// each finding the given queue, every 130 ms; the window before and after each.
+    fn windows_under_queues(w: &mut LaneWindow, queues_ms: &[u64]) -> Vec<u64> {
+        let mut after = vec![w.window()];
+        for (i, &queue) in (1..).zip(queues_ms) {
+            let sent = at(i * 130);
+            let rtt = ms(60 + queue);
+            w.on_ack(sent + rtt, sent, 1200, false, rtt, ms(60));
+            after.push(w.window());
+        }
+        after
+    }
+
+    #[test]
+    fn a_queue_the_cap_cannot_shrink_is_competed_with_within_a_few_round_trips() {
+        // A background flow holds the uplink 8.5 ms deep, just over the target, and
+        // the lane's reductions change nothing.
+        let mut w = LaneWindow::new(135_000, 1200, at(0));
+        let after = windows_under_queues(&mut w, &[8, 8, 8, 8, 8, 8, 8]);
+        let cuts = after.windows(2).filter(|p| p[1] < p[0]).count();
+        assert_eq!(cuts, 5, "then it competes instead: {after:?}");
+        assert_eq!(after[5..], [after[5]; 3], "{after:?}");
+        assert!(after[7] > 90_000, "{after:?}");
+        // All within 1 s: before the queue has stayed long for compete_after.
+        assert!(compete_after(ms(60)) > ms(1_000));
+    }
+
+    #[test]
+    fn the_lanes_own_queue_draining_after_each_cut_is_not_taken_for_cross_traffic() {
+        // A slow start's overshoot drains over several round trips: every reduction
+        // finds the queue at least a quarter shorter than the last.
+        let mut w = LaneWindow::new(600_000, 1200, at(0));
+        let after = windows_under_queues(&mut w, &[60, 40, 25, 15, 10, 9, 9, 9]);
+        assert!(
+            after.windows(2).all(|p| p[1] < p[0]),
+            "every round trip over the target reduces it: {after:?}"
+        );
+    }
+
     #[test]
     fn a_queue_the_cap_holds_near_its_target_is_not_taken_for_cross_traffic() {
         // The smoothed RTT stays 3 ms above the path's 10 ms while the cap works,
@@ -326,6 +436,72 @@ mod tests {
         let before = w.window();
         w.on_ack(at(1_100), at(1_050), 1200, false, ms(40), ms(10));
         assert!(w.window() < before, "{} >= {before}", w.window());
+    }
+
+    /// Round trips `rounds` (counted from 0 ms) of a cwnd-limited lane over a 60 ms
+    /// path whose acknowledgements come back `queue` above it; the window after each.
+    fn windows_over_round_trips(
+        w: &mut LaneWindow,
+        rounds: std::ops::RangeInclusive<u64>,
+        queue: Duration,
+    ) -> Vec<u64> {
+        let mut after = Vec::new();
+        for round in rounds {
+            let start = round * 60 * MS;
+            let packets = w.window().div_ceil(1200);
+            for i in 1..=packets {
+                let sent = Instant::from_nanos(start + i * 10_000);
+                let acked = Instant::from_nanos(start + 60 * MS + i * 10_000 - 5_000) + queue;
+                w.on_ack(acked, sent, 1200, false, ms(60) + queue, ms(60));
+            }
+            after.push(w.window());
+        }
+        after
+    }
+
+    /// A lane in congestion avoidance at `window`, over a 60 ms path where cross
+    /// traffic held a long queue from 0 to 1.3 s, as the background flow of the
+    /// paper's delay variant does.
+    fn after_cross_traffic(window: u64) -> LaneWindow {
+        let mut w = LaneWindow {
+            ssthresh: window,
+            ..LaneWindow::new(window, 1200, at(0))
+        };
+        w.on_ack(at(1_300), at(1_200), 1200, false, ms(100), ms(60));
+        w
+    }
+
+    #[test]
+    fn a_lane_regains_its_path_within_a_few_round_trips_once_cross_traffic_left() {
+        // The 32 Mbit/s lane of the paper's delay variant: 89 kB of the 240 its path
+        // carries, and from 1.8 s on every round trip finds no queue.
+        let mut w = after_cross_traffic(89_000);
+        let after = windows_over_round_trips(&mut w, 30..=37, Duration::ZERO);
+        assert!(after[7] >= 240_000, "{after:?}");
+        // A loss starts the speed-up over; the delay cap's reduction ends it.
+        w.on_loss(at(2_400), at(2_399), false);
+        let cut = w.window();
+        let after = windows_over_round_trips(&mut w, 41..=43, Duration::ZERO);
+        assert!(after[2] > cut + 3 * 1200, "{after:?}");
+        w.on_ack(at(2_700), at(2_600), 1200, false, ms(100), ms(60));
+        let cut = w.window();
+        let after = windows_over_round_trips(&mut w, 46..=47, Duration::ZERO);
+        assert_eq!(after, [cut + 1200, cut + 2400]);
+    }
+
+    #[test]
+    fn a_lane_that_met_no_cross_traffic_or_a_queue_keeps_new_renos_pace() {
+        let mut alone = LaneWindow {
+            ssthresh: 89_000,
+            ..LaneWindow::new(89_000, 1200, at(0))
+        };
+        let after = windows_over_round_trips(&mut alone, 1..=8, Duration::ZERO);
+        assert_eq!(after[7], 89_000 + 8 * 1200, "{after:?}");
+        // The cap holds half its 7.5 ms target queued: no room to speed up into.
+        let mut queued = after_cross_traffic(89_000);
+        let start = queued.window();
+        let after = windows_over_round_trips(&mut queued, 30..=37, ms(4));
+        assert_eq!(after[7], start + 8 * 1200, "{after:?}");
     }
 
     #[test]
