@@ -36,8 +36,10 @@ algorithm as the JSON has the median one, to look into a round far from the othe
 "Capacity left to the tunnel" is the sum of the uplinks' rates over the run minus the
 bytes the background flow carried; AFMT's target is at least 80 % of it. Below the
 table: the exit's drops by reason and its lanes' QUIC losses (the downloads' sending
-side) and the entry's resequencing outcomes; the JSON has the lanes' SRTT, window and
-losses per second, and the exit's drops per second.
+side) and the entry's resequencing outcomes, and in how many rounds the downloads'
+sender (the server's kernel) left slow start by HyStart and how many loss recoveries it
+went through; the JSON has the lanes' SRTT, window and losses per second, the exit's
+drops per second, and per round the sender's TcpExt counters of both (`sender_tcp`).
 """
 import argparse
 import json
@@ -47,7 +49,7 @@ import sys
 import threading
 import time
 
-from benchlib import inns, metric_sum, metrics_text, sh
+from benchlib import inns, metric_sum, metrics_text, sh, tcp_counters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
@@ -144,6 +146,10 @@ def plain_route(name, i):
     sh(*inns(name, "ex", "ip", "route", "replace", "198.18.1.0/24", "via", f"198.19.{100 + sub}.1"))
 
 
+SENDER_COUNTERS = ["TCPHystartDelayDetect", "TCPHystartDelayCwnd", "TCPHystartTrainDetect",
+                   "TCPHystartTrainCwnd", "TCPSackRecovery", "TCPTimeouts"]
+
+
 def run_one(variant, label, seconds, braid, linkemu, warm=0):
     """One run of `label` (an algorithm, or ALGORITHM@BINARY) on `variant`."""
     algorithm, _, binary = label.partition("@")
@@ -190,6 +196,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
             before["lanes"] = [lane_bytes(name, i) for i in range(1, len(rates) + 1)]
             before["counters"] = counter_snapshot(name)
             before["drops"] = metric(name, "ex", "braid_packets_dropped_total")
+        sender_before = tcp_counters(name, "sv")
         results = {}
 
         def background():
@@ -221,6 +228,11 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         bg_bytes = results.get("background", {}).get("end", {}).get("sum_received", {}).get("bytes", 0)
         row = {"algorithm": label, "bytes": received, "per_second": per_second,
                "retransmits": retransmits, "background_bytes": bg_bytes, "uplinks_per_second": uplinks}
+        # How the downloads' sender (the server's kernel) left slow start: HyStart on a
+        # rising round trip (delay), on a long train of acknowledgements (train), or on
+        # a loss; the ...Cwnd counters sum the windows (segments) it left at.
+        sender_after = tcp_counters(name, "sv")
+        row["sender_tcp"] = {k: sender_after[k] - sender_before.get(k, 0) for k in SENDER_COUNTERS}
         if drops:
             # Where in the run the exit dropped: the losses the inner flows saw inside braid.
             row["exit_drops_per_second"] = [int(b - a) for a, b in zip([before["drops"]] + drops, drops)]
@@ -325,6 +337,13 @@ def report(variant, rows, seconds):
         if r.get("counters"):
             print(f"{r['algorithm']:22} drops, resequencing, padding: "
                   + ", ".join(f"{k} {v}" for k, v in sorted(r["counters"].items())))
+    for r in rows:
+        senders = r.get("sender_rounds", [])
+        if senders:
+            print(f"{r['algorithm']:22} sender left slow start by HyStart in {len(senders)} rounds: "
+                  f"delay {sum(1 for t in senders if t['TCPHystartDelayDetect'])}, "
+                  f"train {sum(1 for t in senders if t['TCPHystartTrainDetect'])}; "
+                  "loss recoveries per round " + " ".join(str(t["TCPSackRecovery"]) for t in senders))
     by = {r["algorithm"]: r["bytes"] for r in rows}
     if "afmt" in by:
         if "round-robin" in by and by["round-robin"]:
@@ -359,7 +378,8 @@ def main():
         rows = []
         for label in labels:
             ordered = sorted(runs[label], key=lambda r: r["bytes"])
-            median = dict(ordered[len(ordered) // 2], rounds=[r["bytes"] for r in runs[label]])
+            median = dict(ordered[len(ordered) // 2], rounds=[r["bytes"] for r in runs[label]],
+                          sender_rounds=[r["sender_tcp"] for r in runs[label]])
             rows.append(median)
         with open(os.path.join(a.out, f"{variant}.json"), "w") as f:
             json.dump(rows, f, indent=1)

@@ -29,6 +29,13 @@ def metric_sum(text, sample):
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample))
 
 
+def tcp_counters(testbed, role):
+    """The TcpExt counters of a namespace's kernel (/proc/net/netstat): {name: value}."""
+    lines = [line.split() for line in sh(*inns(testbed, role, "cat", "/proc/net/netstat")).splitlines()
+             if line.startswith("TcpExt:")]
+    return dict(zip(lines[0][1:], map(int, lines[1][1:])))
+
+
 def admin(testbed, role, method, path, token, body=b""):
     """One admin API request inside a gateway's namespace: (status, body, seconds)."""
     code = (
