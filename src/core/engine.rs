@@ -41,7 +41,7 @@ use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
 use super::pacing_table::{AppIdx, Direction, PacingTable};
 use super::packet::PacketInfo;
-use super::reseq::{HeldBudget, ReseqCounters, Resequencer};
+use super::reseq::{HeldBudget, RESEQ_MIN_DEADLINE, ReseqCounters, Resequencer, base_deadline};
 use super::route::PrefixMap;
 use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::shaper::{AbeSettings, Released, ShapeDrop, Shaper};
@@ -149,12 +149,6 @@ pub const IDLE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// as a lane loaded for a whole window would otherwise take its queue for its path
 /// delay, and short enough to follow a path that got longer within minutes.
 const MIN_SRTT_WINDOW: Duration = Duration::from_secs(300);
-/// The least time the resequencer holds a packet whose predecessor is missing. With
-/// lanes that keep 5 ms of queue (`lane_cc.rs`), packets of one download arrive after
-/// their gap was given up, tens per give-up: it saw 0.31–0.39 % of its packets
-/// reordered over three 0 ms uplinks with 5 ms here, 0.20–0.43 % with 10 (README,
-/// "One flow, every uplink").
-pub const RESEQ_MIN_DEADLINE: Duration = Duration::from_millis(10);
 
 /// Which end of the tunnel this gateway is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1116,6 +1110,7 @@ impl DataPath {
             if lost_more || sample.cwnd < v.cwnd {
                 l.opening = false;
             }
+            v.first_slow_start = l.opening && l.shaper.is_none();
             l.codel.fit_lane(v.min_srtt);
             // A shaped lane carries no more than its uplink's rate, whatever QUIC's
             // window would allow: what it takes in a round trip at that rate.
@@ -1133,7 +1128,7 @@ impl DataPath {
             v.max_datagram = sample.max_datagram;
         }
         let site = &mut self.sites[l.site.0 as usize];
-        site.reseq.set_base_deadline(reseq_base(&site.lanes));
+        site.reseq.set_base_deadline(base_deadline(&site.lanes));
         if stalled {
             self.give_up(lane, sample.srtt, now);
         }
@@ -1905,17 +1900,6 @@ impl DataPath {
 /// Where the lanes of `colour` are among a site's lanes, which are grouped by colour.
 fn lanes_of(lanes: &[LaneView], colour: Colour) -> std::ops::Range<usize> {
     lanes.partition_point(|v| v.colour < colour)..lanes.partition_point(|v| v.colour <= colour)
-}
-
-/// The least a site's resequencer holds a packet: half the spread of its live lanes'
-/// SRTTs (the one-way delay difference, the RTT being split evenly) plus an eighth
-/// of the largest SRTT for jitter, and never less than [`RESEQ_MIN_DEADLINE`].
-fn reseq_base(lanes: &[LaneView]) -> Duration {
-    let srtts = lanes.iter().filter(|l| l.up).map(|l| l.srtt);
-    let (Some(min), Some(max)) = (srtts.clone().min(), srtts.max()) else {
-        return RESEQ_MIN_DEADLINE;
-    };
-    ((max - min) / 2 + max / 8).max(RESEQ_MIN_DEADLINE)
 }
 
 /// The lowest of the values observed in the current and the previous
@@ -3034,10 +3018,15 @@ pub(crate) mod tests {
         e.handle_lane_sample(long, small(&e, 600_000), at(3));
         assert_eq!(sent(&mut e, at(3)), [(short, len, false)]);
         // Nor, for good, once its window was cut.
+        let in_first_slow_start =
+            |e: &mut DataPath| view_mut(&mut e.sites, SiteIdx(0), long).map(|v| v.first_slow_start);
+        assert_eq!(in_first_slow_start(&mut e), Some(true));
         e.handle_lane_sample(long, small(&e, 14_720), at(4));
+        assert_eq!(in_first_slow_start(&mut e), Some(false));
         e.handle_lane_sample(long, small(&e, 20_000), at(5));
         assert_eq!(sent(&mut e, at(5)), [(short, len, false)]);
         assert_eq!(opened(&e), Some(len as u64));
+        assert_eq!(in_first_slow_start(&mut e), Some(false));
     }
 
     #[test]

@@ -84,7 +84,15 @@ pub struct LaneView {
     pub rate_kbps: Option<u64>,
     /// The uplink's position in the entry's configuration (0 first).
     pub rank: u32,
+    /// In its first slow start and not shaped: no window reduction or loss has
+    /// paced it yet, so a small window goes out in bursts (see [`LaneView::arrival`]).
+    pub first_slow_start: bool,
 }
+
+/// A window smaller than this many datagrams, in a lane's first slow start, goes out
+/// in one or two bursts per round trip: QUIC sends up to 10 datagrams at once before
+/// its pacer spaces them (quinn-proto's `MIN_BURST_SIZE`).
+const BURST_WINDOW_DATAGRAMS: u64 = 20;
 
 /// What the shell reads from a lane's QUIC connection and its send task, once per
 /// sampling round ([`crate::core::engine::DataPath::wants_lane_samples`]): current
@@ -138,6 +146,7 @@ impl LaneView {
             max_datagram: 1200,
             rate_kbps: None,
             rank: 0,
+            first_slow_start: false,
         }
     }
 
@@ -171,9 +180,32 @@ impl LaneView {
     /// path at QUIC's initial window), so that striped packets went to it only once the
     /// other lanes' queues were that much longer, and its window stayed at its initial
     /// size for the first 4 s of a traced download.
+    ///
     pub fn arrival(&self, len: usize, now: Instant) -> Duration {
         let srtt = self.path_srtt(now);
         let behind = if self.fill == 0 { 0 } else { len };
         srtt / 2 + self.drain_time(behind, srtt)
+    }
+
+    /// The latest a packet of `len` bytes handed to the lane now may arrive. Where
+    /// the window goes out in bursts, a queue does not drain at the window's rate: in
+    /// its first slow start a window of a few bursts leaves at once, its
+    /// acknowledgements come back together a round trip later, and nothing leaves in
+    /// between, so a packet that finds the window full may wait a whole round trip.
+    /// Traced (README, "Late on a lane that opens"): a striped packet put behind a
+    /// full 18-23 kB window on a 120 ms lane left 60 ms later and arrived 33-46 ms
+    /// after its [`LaneView::arrival`], past the resequencing deadline.
+    pub fn latest_arrival(&self, len: usize, now: Instant) -> Duration {
+        let srtt = self.path_srtt(now);
+        if self.fill > 0 && self.sends_in_bursts() {
+            srtt / 2 + self.drain_time(len, srtt).max(srtt)
+        } else {
+            self.arrival(len, now)
+        }
+    }
+
+    /// The lane's window goes out in one or two bursts per round trip.
+    fn sends_in_bursts(&self) -> bool {
+        self.first_slow_start && self.cwnd < BURST_WINDOW_DATAGRAMS * self.max_datagram as u64
     }
 }

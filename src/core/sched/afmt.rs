@@ -59,6 +59,7 @@ use super::{DecisionKind, Pick, Scheduler, least_weighted_fill};
 use crate::core::flow::FlowTable;
 use crate::core::lane::{LaneId, LaneView};
 use crate::core::packet::FlowKey;
+use crate::core::reseq::base_deadline;
 use crate::core::time::Instant;
 
 /// Fixed part of the margin by which another lane must be slower before a busy flow
@@ -128,18 +129,26 @@ fn delay(l: &LaneView) -> Duration {
 }
 
 /// The up lane where a packet of `len` bytes arrives first; ties go to the first.
+/// A lane where it may arrive after the receiver stops waiting for it (later than
+/// the earliest lane's packets by more than the resequencing deadline) is not
+/// taken while another is up.
 fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usize> {
-    let mut best: Option<(usize, Duration)> = None;
-    for (i, l) in lanes.iter().enumerate() {
-        if !l.up {
-            continue;
+    let pick = |safe_by: Option<Duration>| {
+        let mut best: Option<(usize, Duration)> = None;
+        for (i, l) in lanes.iter().enumerate() {
+            if !l.up || safe_by.is_some_and(|by| l.latest_arrival(len, now) > by) {
+                continue;
+            }
+            let at = l.arrival(len, now);
+            if best.is_none_or(|(_, b)| at < b) {
+                best = Some((i, at));
+            }
         }
-        let at = l.arrival(len, now);
-        if best.is_none_or(|(_, b)| at < b) {
-            best = Some((i, at));
-        }
-    }
-    best.map(|(i, _)| i)
+        best
+    };
+    let (first, at) = pick(None)?;
+    let by = at + base_deadline(lanes);
+    Some(pick(Some(by)).map_or(first, |(i, _)| i))
 }
 
 /// braid's queue for the lane holds more than half its congestion window.
@@ -645,6 +654,40 @@ mod tests {
         // 60 + 2800 * 120/14 720 = 82.8 ms.
         lanes[1].fill = 1400;
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
+    }
+
+    #[test]
+    fn a_packet_that_a_full_window_of_a_few_bursts_may_hold_past_the_deadline_goes_elsewhere() {
+        // Lane 0: 20 ms round trip, a 50 kB window and 200 kB queued: a packet arrives
+        // after 10 + 201 400 * 20/50 000 = 90.6 ms. Lane 1: 120 ms, in its first slow
+        // start with a 23.5 kB window (under 20 datagrams) and one datagram waiting:
+        // by the window's rate the packet would arrive after 60 + 2 800 * 120/23 500
+        // = 74.3 ms, but it may wait for the window's acknowledgements, 60 + 120 ms,
+        // later than the receiver waits: 74.3 ms and a deadline of (120 - 20) / 2 +
+        // 120 / 8 = 65 ms.
+        let mut lanes = [
+            lane(0, 20, 50_000, 200_000),
+            LaneView {
+                first_slow_start: true,
+                ..lane(1, 120, 23_500, 1_400)
+            },
+        ];
+        assert_eq!(
+            lanes[1].latest_arrival(1400, at(0)),
+            Duration::from_millis(180)
+        );
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
+        // With nothing waiting, the window has room and the packet leaves at once.
+        lanes[1].fill = 0;
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
+        // A window of more bursts is paced: its queue drains at the window's rate.
+        lanes[1].fill = 1_400;
+        lanes[1].cwnd = 100_000;
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
+        // So does a small window once a reduction or loss ended the first slow start.
+        lanes[1].cwnd = 23_500;
+        lanes[1].first_slow_start = false;
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
     }
 
     #[test]
