@@ -85,7 +85,8 @@ pub struct LaneView {
     /// The uplink's position in the entry's configuration (0 first).
     pub rank: u32,
     /// In its first slow start and not shaped: no window reduction or loss has
-    /// paced it yet, so a small window goes out in bursts (see [`LaneView::arrival`]).
+    /// paced it yet, so a small window goes out in bursts
+    /// (see [`LaneView::latest_arrival`]).
     pub first_slow_start: bool,
 }
 
@@ -180,7 +181,6 @@ impl LaneView {
     /// path at QUIC's initial window), so that striped packets went to it only once the
     /// other lanes' queues were that much longer, and its window stayed at its initial
     /// size for the first 4 s of a traced download.
-    ///
     pub fn arrival(&self, len: usize, now: Instant) -> Duration {
         let srtt = self.path_srtt(now);
         let behind = if self.fill == 0 { 0 } else { len };

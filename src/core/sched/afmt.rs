@@ -35,8 +35,12 @@
 //! the lane where it is expected to arrive first, `srtt / 2 + (fill + len) * srtt /
 //! cwnd` (`srtt / 2` for a lane with nothing queued, `LaneView::arrival`), which
 //! spreads a bulk flow over the lanes in proportion to what each carries and keeps
-//! arrival order close to send order. Its packets carry the gap to the flow's
-//! previous packet, and the receiving gateway puts them back in order (`reseq.rs`).
+//! arrival order close to send order. A lane where the packet may arrive after the
+//! receiver stops waiting for it (`LaneView::latest_arrival` later than the first
+//! estimate by more than the resequencing deadline) is passed over: a full window of
+//! a few bursts in a lane's first slow start may hold a packet a whole round trip.
+//! Its packets carry the gap to the flow's previous packet, and the receiving
+//! gateway puts them back in order (`reseq.rs`).
 //! The flow stops being striped once it pauses for longer than the slowest lane takes
 //! to deliver, so short and light flows never stripe. A bulk flow (more than
 //! [`BULK_BYTES`] without a pause) that has its lane to itself stripes before the
