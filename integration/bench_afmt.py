@@ -232,7 +232,8 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         # rising round trip (delay), on a long train of acknowledgements (train), or on
         # a loss; the ...Cwnd counters sum the windows (segments) it left at.
         sender_after = tcp_counters(name, "sv")
-        row["sender_tcp"] = {k: sender_after[k] - sender_before.get(k, 0) for k in SENDER_COUNTERS}
+        # A kernel without HyStart's counters (before Linux 5.7) counts none.
+        row["sender_tcp"] = {k: sender_after.get(k, 0) - sender_before.get(k, 0) for k in SENDER_COUNTERS}
         if drops:
             # Where in the run the exit dropped: the losses the inner flows saw inside braid.
             row["exit_drops_per_second"] = [int(b - a) for a, b in zip([before["drops"]] + drops, drops)]

@@ -151,7 +151,16 @@ fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usiz
         best
     };
     let (first, at) = pick(None)?;
+    // Only a full window of a few bursts arrives later than its estimate: the common
+    // case takes the first lane without a second pass or the deadline.
+    let latest = lanes[first].latest_arrival(len, now);
+    if latest == at {
+        return Some(first);
+    }
     let by = at + base_deadline(lanes);
+    if latest <= by {
+        return Some(first);
+    }
     Some(pick(Some(by)).map_or(first, |(i, _)| i))
 }
 
@@ -692,6 +701,23 @@ mod tests {
         lanes[1].cwnd = 23_500;
         lanes[1].first_slow_start = false;
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
+        // A short lane's whole round trip stays within the deadline: lane 2, 40 ms, in
+        // its first slow start with a full 14 kB window, is expected after 20 + 2 800 *
+        // 40/14 000 = 28 ms and arrives by 20 + 40 = 60 ms at the latest, within 28 +
+        // 65 ms.
+        let lanes = [
+            lanes[0],
+            lanes[1],
+            LaneView {
+                first_slow_start: true,
+                ..lane(2, 40, 14_000, 1_400)
+            },
+        ];
+        assert_eq!(
+            lanes[2].latest_arrival(1400, at(0)),
+            Duration::from_millis(60)
+        );
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(2));
     }
 
     #[test]
