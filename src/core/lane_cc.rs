@@ -339,7 +339,7 @@ mod tests {
         w.on_ack(at(130), at(105), 1200, true, ms(20), min_rtt);
         assert_eq!(w.window(), 13_000);
 
-        // Competing with someone else's queue, it is not cut, busy or not.
+        // Competing with someone else's queue, an application-limited lane is not cut.
         let mut w = LaneWindow::new(100_000, 1200, at(0));
         w.on_ack(at(600), at(570), 1200, true, ms(30), min_rtt);
         assert_eq!(w.window(), 100_000);
