@@ -425,6 +425,12 @@ struct Lane {
 }
 
 impl Lane {
+    /// Opening its window by slow start, unpaced: not yet cut, and not held to its
+    /// uplink's rate by a shaper.
+    fn in_first_slow_start(&self) -> bool {
+        self.opening && self.shaper.is_none()
+    }
+
     fn queued_bytes(&self) -> u64 {
         self.handed_bytes.saturating_sub(self.dequeued_bytes)
     }
@@ -1110,7 +1116,7 @@ impl DataPath {
             if lost_more || sample.cwnd < v.cwnd {
                 l.opening = false;
             }
-            v.first_slow_start = l.opening && l.shaper.is_none();
+            v.first_slow_start = l.in_first_slow_start();
             l.codel.fit_lane(v.min_srtt);
             // A shaped lane carries no more than its uplink's rate, whatever QUIC's
             // window would allow: what it takes in a round trip at that rate.
@@ -1688,7 +1694,7 @@ impl DataPath {
             let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
                 continue;
             };
-            if !lane.opening || lane.shaper.is_some() {
+            if !lane.in_first_slow_start() {
                 continue;
             }
             // cwnd / srtt against the busy lane's.

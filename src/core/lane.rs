@@ -187,21 +187,20 @@ impl LaneView {
         srtt / 2 + self.drain_time(behind, srtt)
     }
 
-    /// The latest a packet of `len` bytes handed to the lane now may arrive. Where
-    /// the window goes out in bursts, a queue does not drain at the window's rate: in
+    /// The latest a packet of `len` bytes handed to the lane now may arrive, where
+    /// that can be later than its [`LaneView::arrival`]; `None` elsewhere. Where the
+    /// window goes out in bursts, a queue does not drain at the window's rate: in
     /// its first slow start a window of a few bursts leaves at once, its
     /// acknowledgements come back together a round trip later, and nothing leaves in
     /// between, so a packet that finds the window full may wait a whole round trip.
     /// Traced (README, "Late on a lane that opens"): a striped packet put behind a
     /// full 18-23 kB window on a 120 ms lane left 60 ms later and arrived 33-46 ms
     /// after its [`LaneView::arrival`], past the resequencing deadline.
-    pub fn latest_arrival(&self, len: usize, now: Instant) -> Duration {
-        let srtt = self.path_srtt(now);
-        if self.fill > 0 && self.sends_in_bursts() {
+    pub fn latest_arrival(&self, len: usize, now: Instant) -> Option<Duration> {
+        (self.fill > 0 && self.sends_in_bursts()).then(|| {
+            let srtt = self.path_srtt(now);
             srtt / 2 + self.drain_time(len, srtt).max(srtt)
-        } else {
-            self.arrival(len, now)
-        }
+        })
     }
 
     /// The lane's window goes out in one or two bursts per round trip.

@@ -140,10 +140,14 @@ fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usiz
     let pick = |safe_by: Option<Duration>| {
         let mut best: Option<(usize, Duration)> = None;
         for (i, l) in lanes.iter().enumerate() {
-            if !l.up || safe_by.is_some_and(|by| l.latest_arrival(len, now) > by) {
+            if !l.up {
                 continue;
             }
             let at = l.arrival(len, now);
+            let latest = || l.latest_arrival(len, now).unwrap_or(at);
+            if safe_by.is_some_and(|by| latest() > by) {
+                continue;
+            }
             if best.is_none_or(|(_, b)| at < b) {
                 best = Some((i, at));
             }
@@ -153,10 +157,9 @@ fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usiz
     let (first, at) = pick(None)?;
     // Only a full window of a few bursts arrives later than its estimate: the common
     // case takes the first lane without a second pass or the deadline.
-    let latest = lanes[first].latest_arrival(len, now);
-    if latest == at {
+    let Some(latest) = lanes[first].latest_arrival(len, now) else {
         return Some(first);
-    }
+    };
     let by = at + base_deadline(lanes);
     if latest <= by {
         return Some(first);
@@ -687,7 +690,7 @@ mod tests {
         ];
         assert_eq!(
             lanes[1].latest_arrival(1400, at(0)),
-            Duration::from_millis(180)
+            Some(Duration::from_millis(180))
         );
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
         // With nothing waiting, the window has room and the packet leaves at once.
@@ -696,6 +699,7 @@ mod tests {
         // A window of more bursts is paced: its queue drains at the window's rate.
         lanes[1].fill = 1_400;
         lanes[1].cwnd = 100_000;
+        assert_eq!(lanes[1].latest_arrival(1400, at(0)), None);
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
         // So does a small window once a reduction or loss ended the first slow start.
         lanes[1].cwnd = 23_500;
@@ -715,7 +719,7 @@ mod tests {
         ];
         assert_eq!(
             lanes[2].latest_arrival(1400, at(0)),
-            Duration::from_millis(60)
+            Some(Duration::from_millis(60))
         );
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(2));
     }
