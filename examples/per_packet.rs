@@ -44,6 +44,8 @@ fn engine(role: Role) -> DataPath {
         green_inner_dscp: vec![46],
         abe: AbeSettings::default(),
         shard: Shard::ONLY,
+        // Only the packets measured cross the lanes.
+        warm_up_lanes: false,
     })
 }
 

@@ -1843,14 +1843,26 @@ fn a_lane_of_known_rate_starts_at_its_uplinks_bandwidth_delay_product_both_ways(
     // 6.25 MB/s for the 60 ms round trip and the 7.5 ms queue the delay cap allows:
     // 421,875 bytes, before any load opened the window. The cap may trim it once when
     // an idle lane's delayed acknowledgements look like a queue (measured 360-365 kB),
-    // and the lane's initial window is 14,720 bytes.
+    // and the lane's initial window is 14,720 bytes. A lane of unknown rate opens its
+    // window by warming up with padding instead; one of known rate sends none.
+    let padding = |role: &str, uplink: &str| {
+        tb.metric(
+            role,
+            &format!(
+                "braid_lane_opening_bytes_total{{colour=\"blue\",site=\"site1\",uplink=\"{uplink}\"}}"
+            ),
+        )
+    };
     for role in ["en", "ex"] {
         let started = eventually(Duration::from_secs(5), || cwnd(role, "up1") >= 300_000.0);
         assert!(started, "{role}: up1's window {} bytes", cwnd(role, "up1"));
-        let unknown = cwnd(role, "up2");
+        assert_eq!(padding(role, "up1"), 0.0, "{role}: up1 padded");
+        let warmed = padding(role, "up2") > 0.0 && cwnd(role, "up2") > 14_720.0;
         assert!(
-            unknown < 100_000.0,
-            "{role}: up2's window {unknown} bytes without a known rate"
+            warmed,
+            "{role}: up2's window {} bytes after {} bytes of padding",
+            cwnd(role, "up2"),
+            padding(role, "up2")
         );
     }
 }

@@ -272,6 +272,7 @@ fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) 
         green_inner_dscp: config.abe.green_inner_dscp.clone(),
         abe: config.abe.queues,
         shard,
+        warm_up_lanes: true,
     }
 }
 

@@ -38,6 +38,7 @@ use super::aqm::{self, AqmDrop, CoDel};
 use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
+use super::lane_cc::MAX_START_WINDOW;
 use super::pacer::Enqueued;
 use super::pacing_table::{AppIdx, Direction, PacingTable};
 use super::packet::PacketInfo;
@@ -145,6 +146,10 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 /// Lanes are sampled at least this often, traffic or not, so that liveness and the
 /// metrics stay fresh.
 pub const IDLE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// How far ahead a lane that warms up keeps padding queued (see
+/// [`DataPath::warm_up`]): a few samples' worth, so that quinn never runs out between
+/// two, and little enough that a packet put behind it hardly waits.
+const WARM_AHEAD: Duration = Duration::from_millis(2);
 /// A lane's delay without a queue is the lowest SRTT of one to two of these: long,
 /// as a lane loaded for a whole window would otherwise take its queue for its path
 /// delay, and short enough to follow a path that got longer within minutes.
@@ -228,6 +233,10 @@ pub struct EngineConfig {
     pub abe: AbeSettings,
     /// Which sites this engine serves ([`Shard::ONLY`]: all of them).
     pub shard: Shard,
+    /// Whether blue lanes of unknown rate open their windows with padding as they
+    /// come up ([`DataPath::warm_up`]): on in the daemon; off where only the packets
+    /// a test sends should cross its lanes.
+    pub warm_up_lanes: bool,
 }
 
 /// A datagram to send on a lane.
@@ -690,6 +699,8 @@ pub struct ShaperReport<'a> {
 pub struct DataPath {
     role: Role,
     shard: Shard,
+    /// See [`EngineConfig::warm_up_lanes`].
+    warm_up_lanes: bool,
     sites: Vec<Site>,
     site_by_prefix: PrefixMap<SiteIdx>,
     /// Lane id -> lane; `None` for free ids, which are reused.
@@ -740,6 +751,9 @@ pub struct DataPath {
     /// When lanes were last sampled, and whether a new lane wants a sample at once.
     sampled_at: Instant,
     sample_due: bool,
+    /// While a lane warms up (see [`DataPath::warm_up`]): when it wants its next
+    /// sample, sooner than an idle lane's.
+    warm_sample_at: Option<Instant>,
     /// Packets the pacer released, reused between timeouts.
     released: Vec<(SiteIdx, AppIdx, Packet)>,
     reply: [u8; MAX_REPLY_LEN],
@@ -770,6 +784,7 @@ impl DataPath {
         DataPath {
             role: config.role,
             shard: config.shard,
+            warm_up_lanes: config.warm_up_lanes,
             sites,
             site_by_prefix,
             lanes: Vec::new(),
@@ -806,6 +821,7 @@ impl DataPath {
             held_budget: HeldBudget::default(),
             sampled_at: Instant::ZERO,
             sample_due: false,
+            warm_sample_at: None,
             released: Vec::new(),
             reply: [0; MAX_REPLY_LEN],
         }
@@ -1038,6 +1054,9 @@ impl DataPath {
     pub fn handle_lane_sample(&mut self, lane: LaneId, sample: LaneSample, now: Instant) {
         self.sampled_at = now;
         self.sample_due = false;
+        if self.warm_sample_at.is_some_and(|at| at <= now) {
+            self.warm_sample_at = None;
+        }
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
         };
@@ -1137,6 +1156,44 @@ impl DataPath {
         site.reseq.set_base_deadline(base_deadline(&site.lanes));
         if stalled {
             self.give_up(lane, sample.srtt, now);
+        } else {
+            self.warm_up(lane, now);
+        }
+    }
+
+    /// Opens the window of a blue lane still in its first slow start before traffic
+    /// needs it: keeps what the lane sends in [`WARM_AHEAD`] at slow start's pace
+    /// (twice its window per round trip) queued with padding, so that quinn's window
+    /// grows on every acknowledgement, until the lane's delay cap or a loss cuts it
+    /// (which ends the first slow start) or it reaches [`MAX_START_WINDOW`].
+    fn warm_up(&mut self, lane: LaneId, now: Instant) {
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return;
+        };
+        if !self.warm_up_lanes || !l.in_first_slow_start() {
+            return;
+        }
+        let Some(view) = view_mut(&mut self.sites, l.site, lane) else {
+            return;
+        };
+        if !view.up || view.colour != Colour::Blue || view.cwnd >= MAX_START_WINDOW {
+            return;
+        }
+        self.warm_sample_at = Some(now.saturating_add(SAMPLE_INTERVAL));
+        let len = (view.max_datagram + DATAGRAM_HEADER_LEN).min(PROBE_PADDING.len());
+        // Never more than a window (over a path shorter than WARM_AHEAD, slow start
+        // sends no more than that per round trip), nor than half what braid queues
+        // for a lane, so that the site's packets always find room behind it.
+        let at_pace =
+            u128::from(view.cwnd) * 2 * WARM_AHEAD.as_nanos() / view.srtt.as_nanos().max(1);
+        let ahead = u64::try_from(at_pace)
+            .unwrap_or(u64::MAX)
+            .min(view.cwnd)
+            .min(self.lane_queue_limit / 2)
+            .max(2 * len as u64);
+        while view.fill < ahead {
+            let due = pad(l, view, len, now, &mut self.transmits);
+            self.stall_check_at = earliest(self.stall_check_at, due);
         }
     }
 
@@ -1373,6 +1430,7 @@ impl DataPath {
             self.stall_check_at,
             self.reseq_due,
             idle_sample,
+            self.warm_sample_at,
         ]
         .into_iter()
         .flatten()
@@ -1702,14 +1760,8 @@ impl DataPath {
             if carries >= u128::from(busy.cwnd) * view.srtt.as_nanos() {
                 continue;
             }
-            let due = lane.hand(len as u64, view.srtt, Duration::ZERO, now);
+            let due = pad(lane, view, len, now, &mut self.transmits);
             self.stall_check_at = earliest(self.stall_check_at, due);
-            lane.counters.opening_bytes += len as u64;
-            view.fill += len as u64;
-            self.transmits.push_back(Transmit {
-                lane: view.id,
-                datagram: Bytes::from_static(&PROBE_PADDING[..len]),
-            });
         }
     }
 
@@ -2015,6 +2067,25 @@ fn quickest_other_lane(
 }
 
 /// The earlier of two optional instants.
+/// Hands `lane` a probe of `len` bytes of padding to open its window, counted as
+/// queued; returns when the engine must look at the lane's wait for an answer.
+fn pad(
+    lane: &mut Lane,
+    view: &mut LaneView,
+    len: usize,
+    now: Instant,
+    transmits: &mut VecDeque<Transmit>,
+) -> Option<Instant> {
+    let due = lane.hand(len as u64, view.srtt, Duration::ZERO, now);
+    lane.counters.opening_bytes += len as u64;
+    view.fill += len as u64;
+    transmits.push_back(Transmit {
+        lane: view.id,
+        datagram: Bytes::from_static(&PROBE_PADDING[..len]),
+    });
+    due
+}
+
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -2059,6 +2130,7 @@ pub(crate) mod tests {
             green_inner_dscp: vec![46],
             abe: AbeSettings::default(),
             shard: Shard::ONLY,
+            warm_up_lanes: false,
         }
     }
 
@@ -3033,6 +3105,82 @@ pub(crate) mod tests {
         assert_eq!(sent(&mut e, at(5)), [(short, len, false)]);
         assert_eq!(opened(&e), Some(len as u64));
         assert_eq!(in_first_slow_start(&mut e), Some(false));
+    }
+
+    #[test]
+    fn a_blue_lane_of_unknown_rate_warms_up_with_padding_until_its_window_is_cut() {
+        let mut e = DataPath::new(EngineConfig {
+            warm_up_lanes: true,
+            ..config(Role::Exit, Algorithm::Afmt)
+        });
+        let mut up = |uplink, colour, rate_kbps| {
+            let up = LaneUp {
+                site: "a",
+                uplink,
+                colour,
+                rank: 0,
+                rate_kbps,
+            };
+            e.handle_lane_up(up, at(0)).expect("known site")
+        };
+        let blue = up("lte", Colour::Blue, None);
+        let green = up("lte", Colour::Green, None);
+        let shaped = up("dsl", Colour::Blue, Some(10_000));
+        // Over 120 ms, with everything handed so far sent.
+        let sample = |e: &DataPath, lane, cwnd| LaneSample {
+            srtt: Duration::from_millis(120),
+            cwnd,
+            ..drained(e, lane, 1)
+        };
+        let padded = |e: &mut DataPath| {
+            let out = transmits(e);
+            assert!(out.iter().all(|t| is_probe(&t.datagram)), "{out:?}");
+            out.iter()
+                .map(|t| (t.lane, t.datagram.len()))
+                .collect::<Vec<_>>()
+        };
+        let len = 1400 + DATAGRAM_HEADER_LEN;
+        for lane in [blue, green, shaped] {
+            e.handle_lane_sample(lane, sample(&e, lane, 14_720), at(1));
+        }
+        // At quinn's first window, 2 ms at slow start's pace is less than two
+        // datagrams: two go ahead, on the blue lane of unknown rate alone.
+        assert_eq!(padded(&mut e), [(blue, len), (blue, len)]);
+        // The lane wants its next sample within a millisecond, traffic or not.
+        assert_eq!(e.poll_timeout(), Some(at(2)));
+        // Not sent yet: nothing more goes on top.
+        let unsent = LaneSample {
+            dequeued_bytes: 0,
+            transmitted_datagrams: 0,
+            ..sample(&e, blue, 14_720)
+        };
+        e.handle_lane_sample(blue, unsent, at(2));
+        assert_eq!(padded(&mut e), []);
+        // Sent, and the window grew to 100 kB over a path shorter than 2 ms: no more
+        // than a window goes ahead.
+        let short = |e: &DataPath, cwnd| LaneSample {
+            srtt: Duration::from_millis(1),
+            ..sample(e, blue, cwnd)
+        };
+        e.handle_lane_sample(blue, short(&e, 100_000), at(3));
+        assert_eq!(padded(&mut e), vec![(blue, len); 72]);
+        // Over 120 ms at 600 kB, 2 ms at twice its rate is 20 kB.
+        e.handle_lane_sample(blue, sample(&e, blue, 600_000), at(4));
+        assert_eq!(padded(&mut e), vec![(blue, len); 15]);
+        let opened = |e: &DataPath, lane| e.lane(lane).map(|l| l.counters.opening_bytes);
+        assert_eq!(opened(&e, blue), Some((2 + 72 + 15) * len as u64));
+        assert_eq!((opened(&e, green), opened(&e, shaped)), (Some(0), Some(0)));
+        // Never more than half the lane's queue limit (512 KiB).
+        e.handle_lane_sample(blue, short(&e, 1_000_000), at(5));
+        assert_eq!(padded(&mut e).len(), 373);
+        // At the most a lane starts at, it stops.
+        e.handle_lane_sample(blue, sample(&e, blue, MAX_START_WINDOW), at(6));
+        assert_eq!(padded(&mut e), []);
+        // And for good once its delay cap or a loss cut it.
+        e.handle_lane_sample(blue, sample(&e, blue, 500_000), at(7));
+        e.handle_lane_sample(blue, sample(&e, blue, 700_000), at(8));
+        assert_eq!(padded(&mut e), []);
+        assert!(e.poll_timeout().is_some_and(|t| t > at(9)));
     }
 
     #[test]
