@@ -2075,7 +2075,6 @@ fn quickest_other_lane(
         .min_by_key(|v| (v.colour != colour, v.arrival(len, now)))
 }
 
-/// The earlier of two optional instants.
 /// Hands `lane` a probe of `len` bytes of padding to open its window, counted as
 /// queued; returns when the engine must look at the lane's wait for an answer.
 fn pad(
@@ -2095,6 +2094,7 @@ fn pad(
     due
 }
 
+/// The earlier of two optional instants.
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -63,7 +63,8 @@ pub fn queue_target(min_rtt: Duration) -> Duration {
 }
 /// The most a lane starts at over an uplink of known rate: a gigabit line's 134 ms.
 /// The exit takes the rate from the site's hello, so this also bounds what a site
-/// can make it start with.
+/// can make it start with. A lane of unknown rate warms up to at most this too
+/// (`DataPath::warm_up` in `engine.rs`).
 pub const MAX_START_WINDOW: u64 = 16 * 1024 * 1024;
 /// Window reduction on loss (Cubic's β).
 const LOSS_BACKOFF: (u64, u64) = (7, 10);
