@@ -34,7 +34,7 @@ fn engine(role: Role) -> DataPath {
             id: "site1".into(),
             prefixes,
         }],
-        tun_mtu: 1428,
+        tun_mtu: 1426,
         algorithm: Algorithm::Afmt,
         flow_idle_timeout: Duration::from_secs(30),
         max_flows: 4096,
@@ -95,7 +95,7 @@ fn main() {
                 let sample = LaneSample {
                     srtt: Duration::from_millis(10 + 10 * k as u64),
                     cwnd: 1 << 20,
-                    max_datagram: 1428,
+                    max_datagram: 1426,
                     rx_datagrams: i + 1,
                     dequeued_bytes: handed[k].1,
                     sent_packets: handed[k].0,
@@ -111,7 +111,7 @@ fn main() {
                 let sample = LaneSample {
                     srtt: Duration::from_millis(10),
                     cwnd: 1 << 20,
-                    max_datagram: 1428,
+                    max_datagram: 1426,
                     rx_datagrams: i + 1,
                     ..LaneSample::default()
                 };

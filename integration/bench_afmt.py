@@ -110,9 +110,10 @@ def counters(text, family):
 
 
 # Where a download's packets were lost: the exit's drops by reason and its lanes' QUIC
-# losses (the uplinks' queues), and what the entry's resequencer did; and the padding
-# the exit's lanes sent to open their windows.
+# losses (the uplinks' queues) and the lost packets it sent again, and what the entry's
+# resequencer did; and the padding the exit's lanes sent to open their windows.
 FAMILIES = (("ex", "braid_packets_dropped_total"), ("ex", "braid_lane_lost_packets_total"),
+            ("ex", "braid_lane_loss_repairs_total"),
             ("en", "braid_reseq_packets_total"), ("ex", "braid_lane_opening_bytes_total"))
 
 

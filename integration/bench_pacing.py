@@ -165,8 +165,8 @@ def tcp_mix(token):
         out = json.loads(c.communicate()[0])
         goodput = out["end"]["sum_received"]["bits_per_second"]
         # TCP goodput is the paced IP rate less 52 header bytes (IP, TCP with
-        # timestamps) per 1428-byte packet.
-        ip_rate = goodput * 1428 / 1376
+        # timestamps) per 1426-byte packet.
+        ip_rate = goodput * 1426 / 1374
         results.append({"app": name, "connections": conns, "target_mbps": target_kbps / 1000,
                         "goodput_mbps": goodput / 1e6, "ip_rate_mbps": ip_rate / 1e6,
                         "error_pct": 100.0 * (ip_rate / (target_kbps * 1000) - 1)})

@@ -91,7 +91,7 @@ fn valid_configs_pass_with_a_summary() {
     );
     let summary = String::from_utf8_lossy(&out.stdout);
     assert!(
-        summary.contains("role: entry") && summary.contains("mtu 1428"),
+        summary.contains("role: entry") && summary.contains("mtu 1426"),
         "{summary}"
     );
     let out = check(&dir, "exit.toml", EXIT, &[]);

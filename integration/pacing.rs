@@ -434,9 +434,9 @@ fn the_exit_paces_each_application_to_its_rate_however_many_connections_it_has()
         "browser (6 connections): {browser:.2} Mbit/s of 12; download (1): {download_rate:.2} of 6"
     );
     // Goodput is the paced IP rate minus the IP and TCP headers (with timestamps, 52
-    // of each 1428 bytes).
+    // of each 1426 bytes).
     for (rate, target) in [(browser, 12.0), (download_rate, 6.0)] {
-        let error = (rate / (target * (1.0 - 52.0 / 1428.0)) - 1.0) * 100.0;
+        let error = (rate / (target * (1.0 - 52.0 / 1426.0)) - 1.0) * 100.0;
         assert!(
             error.abs() < 5.0,
             "{rate:.2} Mbit/s for a target of {target}: {error:+.1} %"

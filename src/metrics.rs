@@ -47,6 +47,7 @@ pub struct Metrics {
     lane_resent: IntCounterVec,
     lane_probes: IntCounterVec,
     lane_opening_bytes: IntCounterVec,
+    lane_loss_repairs: IntCounterVec,
     decisions: IntCounterVec,
     reordered: IntCounterVec,
     reseq_packets: IntCounterVec,
@@ -97,6 +98,8 @@ pub struct LaneMetrics {
     pub probes_sent: IntCounter,
     pub probes_received: IntCounter,
     pub opening_bytes: IntCounter,
+    pub loss_reported: IntCounter,
+    pub loss_repaired: IntCounter,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: Vec<IntCounter>,
 }
@@ -240,6 +243,11 @@ impl Metrics {
             lane_opening_bytes: counter(
                 "lane_opening_bytes_total",
                 "Bytes of padding the lane sent in its first slow start, to open its window while the site's packets queued on a lane with a larger one",
+            )?,
+            lane_loss_repairs: counter_by(
+                "lane_loss_repairs_total",
+                "Packets lost on the lane: the peer's found missing and reported to it (reported), and the lane's own that its peer reported missing, sent again over the other lanes (resent)",
+                Some("action"),
             )?,
             decisions: counter_by(
                 "sched_decisions_total",
@@ -418,6 +426,18 @@ impl Metrics {
                 "received",
             ]),
             opening_bytes: self.lane_opening_bytes.with_label_values(&l),
+            loss_reported: self.lane_loss_repairs.with_label_values(&[
+                site,
+                uplink,
+                colour.as_str(),
+                "reported",
+            ]),
+            loss_repaired: self.lane_loss_repairs.with_label_values(&[
+                site,
+                uplink,
+                colour.as_str(),
+                "resent",
+            ]),
             decisions: DecisionKind::ALL
                 .iter()
                 .map(|k| {
@@ -851,6 +871,10 @@ impl Export {
                 .inc_by(now.probes_received.saturating_sub(old.probes_received));
             m.opening_bytes
                 .inc_by(now.opening_bytes.saturating_sub(old.opening_bytes));
+            m.loss_reported
+                .inc_by(now.loss_reported.saturating_sub(old.loss_reported));
+            m.loss_repaired
+                .inc_by(now.loss_repaired.saturating_sub(old.loss_repaired));
             for (k, c) in m.decisions.iter().enumerate() {
                 c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
             }

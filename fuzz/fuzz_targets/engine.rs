@@ -33,7 +33,7 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
             id: "site1".into(),
             prefixes,
         }],
-        tun_mtu: 1428,
+        tun_mtu: 1426,
         algorithm: Algorithm::Afmt,
         flow_idle_timeout: Duration::from_secs(10),
         max_flows: 64,

@@ -497,8 +497,8 @@ fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, FieldEr
     })
 }
 
-/// What one QUIC datagram carries over a 1500-byte path: 1428 bytes over IPv4 uplinks,
-/// 1408 as soon as one uplink may be IPv6 (a host name may resolve to either).
+/// What one QUIC datagram carries over a 1500-byte path: 1426 bytes over IPv4 uplinks,
+/// 1406 as soon as one uplink may be IPv6 (a host name may resolve to either).
 fn default_tun_mtu(role: &RoleConfig) -> u32 {
     let v4_only = match role {
         RoleConfig::Entry(e) => e.uplinks.iter().all(|u| {

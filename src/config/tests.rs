@@ -48,14 +48,14 @@ fn default_tun_mtu_follows_the_uplink_family() {
             uplinks,
         })
     };
-    assert_eq!(default_tun_mtu(&entry(vec![uplink(None, None)])), 1428);
+    assert_eq!(default_tun_mtu(&entry(vec![uplink(None, None)])), 1426);
     assert_eq!(
         default_tun_mtu(&entry(vec![uplink(Some("[fd00::1]:4433"), None)])),
-        1408
+        1406
     );
     assert_eq!(
         default_tun_mtu(&entry(vec![uplink(Some("exit.example.net:4433"), None)])),
-        1408
+        1406
     );
     let exit = |listen: &str| {
         RoleConfig::Exit(ExitConfig {
@@ -64,8 +64,8 @@ fn default_tun_mtu_follows_the_uplink_family() {
             threads: None,
         })
     };
-    assert_eq!(default_tun_mtu(&exit("0.0.0.0:4433")), 1428);
-    assert_eq!(default_tun_mtu(&exit("[::]:4433")), 1408);
+    assert_eq!(default_tun_mtu(&exit("0.0.0.0:4433")), 1426);
+    assert_eq!(default_tun_mtu(&exit("[::]:4433")), 1406);
 }
 
 #[test]

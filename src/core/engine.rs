@@ -49,8 +49,8 @@ use super::shaper::{AbeSettings, Released, ShapeDrop, Shaper};
 use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
 use super::wire::{
-    DATAGRAM_HEADER_LEN, DatagramHeader, PROBE, PROBE_PADDING, is_probe, split_datagram,
-    write_datagram_header,
+    DATAGRAM_HEADER_LEN, DatagramHeader, LossReport, PROBE, PROBE_PADDING, is_probe, set_lane_seq,
+    split_datagram, write_datagram_header,
 };
 
 /// How often each end of an idle lane sends a keep-alive (quinn's PING): it keeps
@@ -128,10 +128,17 @@ fn exchange_timeout(srtt: Duration) -> Duration {
 /// when the path died. A lane is given up at the latest [`LANE_STALL`] after it was
 /// last heard, and what it was handed a round trip before that may be lost too.
 pub const RESEND_WINDOW: Duration = Duration::from_millis(LANE_STALL.as_millis() as u64 + 100);
-/// The most a lane keeps for sending again: what a lane of up to about 70 Mbit/s
-/// queues within its bound in time (50 ms at most), and quinn's buffer (64 KiB). The inner flows of a faster lane
-/// recover the rest themselves.
-pub const RESEND_MAX_BYTES: usize = 512 * 1024;
+/// The most a lane keeps for sending again: what a lane of up to 250 Mbit/s carries
+/// in a round trip of 134 ms, as a report of its losses comes a round trip after
+/// the packets left (see [`LossReport`]); beyond it, the inner flows recover what
+/// the lane lost themselves. Half a megabyte, what a lane of 70 Mbit/s queues in 50
+/// ms, let a 50 Mbit/s lane over 60 ms each way forget its lost packets before their
+/// report came (the simulator's striped flow: none of 214 sent again).
+pub const RESEND_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// The longest run of a lane's packets missing that the receiver reports lost (see
+/// [`LossReport`]): a longer one is an outage, whose packets the sender sends again
+/// when it gives the lane up ([`RESEND_WINDOW`]).
+const MAX_REPORTED_LOSS: u16 = 64;
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
 /// bound on memory; the queue is kept short in time by CoDel and its bound
 /// ([`super::aqm::lane_max_sojourn`]), which govern every lane slower than about
@@ -322,6 +329,11 @@ pub struct LaneCounters {
     pub probes_received: u64,
     /// Bytes of padding sent to open the lane's window (see `DataPath::open_lanes`).
     pub opening_bytes: u64,
+    /// The peer's packets found missing on the lane and reported to it, and the
+    /// lane's own packets its peer reported missing that were sent again over the
+    /// other lanes (see [`LossReport`]).
+    pub loss_reported: u64,
+    pub loss_repaired: u64,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: [u64; DecisionKind::ALL.len()],
 }
@@ -431,6 +443,10 @@ struct Lane {
     /// their bytes.
     recent: VecDeque<(Instant, Bytes)>,
     recent_bytes: usize,
+    /// The lane sequence number of the next packet the lane carries for the site,
+    /// and of the next one expected from the peer (`None` before the first).
+    tx_lane_seq: u16,
+    rx_lane_seq: Option<u16>,
 }
 
 impl Lane {
@@ -668,6 +684,32 @@ impl Lane {
             self.recent.pop_front();
         }
     }
+
+    /// The lane sequence number for the next packet handed to the lane, counted.
+    fn next_lane_seq(&mut self) -> u16 {
+        let seq = self.tx_lane_seq;
+        self.tx_lane_seq = seq.wrapping_add(1);
+        seq
+    }
+
+    /// The peer's packet with lane sequence number `seq` arrived: the run of packets
+    /// before it that did not, if it is one to report. A packet behind the one
+    /// expected is a copy or came late, and changes nothing.
+    fn received_lane_seq(&mut self, seq: u16) -> Option<LossReport> {
+        let expected = self.rx_lane_seq.unwrap_or(seq);
+        let missing = seq.wrapping_sub(expected);
+        if missing >= 0x8000 {
+            return None;
+        }
+        self.rx_lane_seq = Some(seq.wrapping_add(1));
+        let count = u8::try_from(missing).ok()?;
+        (1..=MAX_REPORTED_LOSS)
+            .contains(&missing)
+            .then_some(LossReport {
+                first: expected,
+                count,
+            })
+    }
 }
 
 /// The shaper of one uplink of known rate.
@@ -881,12 +923,23 @@ impl DataPath {
             l.counters.probes_received += 1;
             return;
         }
+        if let Some(report) = LossReport::decode(&datagram) {
+            return self.repair(lane, report, now);
+        }
         l.counters.rx_packets += 1;
         l.counters.rx_bytes += datagram.len() as u64;
         let site_idx = l.site;
         let Some((header, packet)) = split_datagram(&datagram) else {
             return self.count_drop(DropReason::Malformed);
         };
+        if let Some(report) = l.received_lane_seq(header.lane_seq) {
+            l.counters.loss_reported += u64::from(report.count);
+            let datagram = Bytes::copy_from_slice(&report.encode());
+            let srtt = view_mut(&mut self.sites, site_idx, lane).map_or(Duration::ZERO, |v| v.srtt);
+            let due = l.hand(datagram.len() as u64, srtt, Duration::ZERO, now);
+            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.transmits.push_back(Transmit { lane, datagram });
+        }
         let Ok(info) = PacketInfo::parse(packet) else {
             return self.count_drop(DropReason::Malformed);
         };
@@ -980,6 +1033,8 @@ impl DataPath {
             state_since: now,
             recent: VecDeque::new(),
             recent_bytes: 0,
+            tx_lane_seq: 0,
+            rx_lane_seq: None,
         };
         let id = match self.lanes.iter().position(Option::is_none) {
             Some(free) => {
@@ -1637,12 +1692,15 @@ impl DataPath {
             scheduler.unsent(flow);
             return self.count_drop(DropReason::NoLane);
         };
+        // The lane sequence number comes as the packet is handed to the lane
+        // ([`number_for_lane`]): a shaped uplink's packets may wait behind packets
+        // sent again, which go straight to the lane.
         let header = DatagramHeader {
             seq: site.tx_seq,
             gap: pick.gap,
+            lane_seq: 0,
         };
         write_datagram_header(&mut datagram, header);
-        let datagram = datagram.freeze();
         // The lane's uplink shaper takes it, or the lane's own queue, each managed by
         // time. `Some` is a packet to hand to the lane now.
         let verdict = match lane.shaper {
@@ -1681,7 +1739,7 @@ impl DataPath {
                         }
                         Err(ShapeDrop::QueueDelay)
                     }
-                    None => Ok(Some(datagram)),
+                    None => Ok(Some(number_for_lane(lane, datagram))),
                 }
             }
         };
@@ -1835,28 +1893,22 @@ impl DataPath {
             };
             self.queue_delay[r.colour as usize].observe(r.waited);
             let sojourn = view.drain_time(0, view.srtt);
-            let due = hand_to_lane(lane, &r.datagram, view.srtt, sojourn, now);
+            let datagram = number_for_lane(lane, r.datagram);
+            let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
             self.stall_check_at = earliest(self.stall_check_at, due);
-            self.transmits.push_back(Transmit {
-                lane: id,
-                datagram: r.datagram,
-            });
+            self.transmits.push_back(Transmit { lane: id, datagram });
         }
         self.shaped = released;
     }
 
     /// Sends again, over the site's other lanes that are up, the datagrams lane
     /// `dead` was handed since a round trip before its peer was last heard: those its
-    /// dead path lost, or holds until it returns. Each goes where it arrives first,
-    /// to a lane of the same colour if one is up. They keep their sequence numbers:
-    /// the receiving gateway puts them back in their flows' order, or, where it gave
-    /// up waiting for them, passes them on late (to TCP, a retransmission that came
-    /// early). Returns how many were sent.
+    /// dead path lost, or holds until it returns. Returns how many were sent.
     fn resend_from(&mut self, dead: LaneId, srtt: Duration, now: Instant) -> u64 {
         let Some(Some(l)) = self.lanes.get_mut(dead.0 as usize) else {
             return 0;
         };
-        let (site, colour, heard_at) = (l.site, l.colour, l.heard_at);
+        let heard_at = l.heard_at;
         let mut batch = std::mem::take(&mut self.resend_batch);
         batch.extend(
             l.recent
@@ -1865,12 +1917,75 @@ impl DataPath {
                 .map(|(_, d)| d),
         );
         l.recent_bytes = 0;
-        let mut resent = 0;
+        let resent = self.send_again(dead, &mut batch, now);
+        self.resend_batch = batch;
+        if let Some(Some(l)) = self.lanes.get_mut(dead.0 as usize) {
+            l.counters.resent += resent;
+        }
+        resent
+    }
+
+    /// The peer reported that `report`'s run of the packets lane `lane` carried did
+    /// not arrive: sends those it still keeps again over the site's other lanes.
+    ///
+    /// Why: a lane loses packets when its uplink's buffer overflows, as a competing
+    /// flow's slow start makes it do, and the flows striped over the lanes each lost
+    /// one and cut their windows, which CUBIC over a 130 ms round trip took seconds
+    /// to regrow (the AFMT paper's delay variant: 4.7–7.1 MiB/s in the background
+    /// flow's seconds, 62.0–81.9 % of the capacity left in eight rounds; 6.7–7.3
+    /// and 77.7–82.5 % with this; README, "Lost packets sent again"). Sent again over the lane where
+    /// it arrives first, the packet mostly fills its gap before the receiver stops
+    /// waiting for it, and the inner flows do not see the loss; the lane's own
+    /// window still does.
+    fn repair(&mut self, lane: LaneId, report: LossReport, now: Instant) {
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return;
+        };
+        // Only packets of flows the receiver keeps in order: it holds their flows'
+        // later packets until the copy arrives. Another flow's copy would arrive
+        // behind its later packets, reordered.
+        let lost = |d: &Bytes| {
+            split_datagram(d).is_some_and(|(h, _)| {
+                h.gap != 0 && h.lane_seq.wrapping_sub(report.first) < u16::from(report.count)
+            })
+        };
+        let mut batch = std::mem::take(&mut self.resend_batch);
+        // The lost packets are among the latest handed: looked for from the newest.
+        batch.extend(
+            l.recent
+                .iter()
+                .rev()
+                .filter(|(_, d)| lost(d))
+                .take(usize::from(report.count))
+                .map(|(_, d)| d.clone()),
+        );
+        batch.reverse();
+        let repaired = self.send_again(lane, &mut batch, now);
+        self.resend_batch = batch;
+        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) {
+            l.counters.loss_repaired += repaired;
+        }
+    }
+
+    /// Sends `batch`, datagrams lane `from` carried, again over the other lanes of
+    /// its site that are up: each where it arrives first, on a lane of the same
+    /// colour if one is up, renumbered in that lane's sequence. They keep their
+    /// sequence numbers for the site: the receiving gateway puts them back in their
+    /// flows' order, or, where it gave up waiting for them, passes them on late (to
+    /// TCP, a retransmission that came early). Drains `batch`; returns how many were
+    /// sent.
+    fn send_again(&mut self, from: LaneId, batch: &mut Vec<Bytes>, now: Instant) -> u64 {
+        let Some(Some(l)) = self.lanes.get(from.0 as usize) else {
+            batch.clear();
+            return 0;
+        };
+        let (site, colour) = (l.site, l.colour);
+        let mut sent = 0;
         for datagram in batch.drain(..) {
             let len = datagram.len();
             let lanes = &mut self.sites[site.0 as usize].lanes;
             let Some(view) =
-                quickest_other_lane(lanes, dead, colour, len - DATAGRAM_HEADER_LEN, now)
+                quickest_other_lane(lanes, from, colour, len - DATAGRAM_HEADER_LEN, now)
             else {
                 continue;
             };
@@ -1878,10 +1993,11 @@ impl DataPath {
                 continue;
             };
             // Straight to the lane's queue, not through its uplink's shaper: once per
-            // failure, a round trip's packets at most.
+            // failure or loss, a round trip's packets at most.
             if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
                 continue;
             }
+            let datagram = number_for_lane(lane, BytesMut::from(&datagram[..]));
             let sojourn = view.drain_time(0, view.srtt);
             let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
             self.stall_check_at = earliest(self.stall_check_at, due);
@@ -1890,13 +2006,9 @@ impl DataPath {
                 lane: view.id,
                 datagram,
             });
-            resent += 1;
+            sent += 1;
         }
-        self.resend_batch = batch;
-        if let Some(Some(l)) = self.lanes.get_mut(dead.0 as usize) {
-            l.counters.resent += resent;
-        }
-        resent
+        sent
     }
 
     fn count_shape_drop(&mut self, why: ShapeDrop) {
@@ -2045,6 +2157,12 @@ fn view_mut(sites: &mut [Site], site: SiteIdx, lane: LaneId) -> Option<&mut Lane
         .lanes
         .iter_mut()
         .find(|v| v.id == lane)
+}
+
+/// Gives `datagram`, about to be handed to `lane`, the lane's next sequence number.
+fn number_for_lane(lane: &mut Lane, mut datagram: BytesMut) -> Bytes {
+    set_lane_seq(&mut datagram, lane.next_lane_seq());
+    datagram.freeze()
 }
 
 /// Hands a datagram to a lane's sender, after `sojourn` in the lane's queue, and keeps
@@ -2253,7 +2371,14 @@ pub(crate) mod tests {
     /// `packet` behind a datagram header carrying `seq` and `gap`.
     fn striped_datagram(seq: u32, gap: u16, packet: &[u8]) -> Bytes {
         let mut d = vec![0; DATAGRAM_HEADER_LEN];
-        write_datagram_header(&mut d, DatagramHeader { seq, gap });
+        write_datagram_header(
+            &mut d,
+            DatagramHeader {
+                seq,
+                gap,
+                lane_seq: 0,
+            },
+        );
         d.extend_from_slice(packet);
         Bytes::from(d)
     }
@@ -2419,7 +2544,7 @@ pub(crate) mod tests {
         let counters = e.lane(a).expect("lane a").counters;
         assert_eq!(
             (counters.rx_packets, counters.rx_bytes),
-            (3, 6 + 48 + 6 + 7 + 3)
+            (3, 8 + 48 + 8 + 7 + 3)
         );
     }
 
@@ -2710,7 +2835,7 @@ pub(crate) mod tests {
                     // None: its queue is never empty, and what leaves it counts.
                     probes: 0,
                     // Every packet b was handed (its samples report none dequeued).
-                    queued: 2336,
+                    queued: 2368,
                     resent: 9,
                     srtt: Duration::from_millis(20),
                 }
@@ -2934,7 +3059,8 @@ pub(crate) mod tests {
             "45 ms after its sixth unanswered transmission (160 ms), at the next sample"
         );
         // Heard last at 100 ms with a 20 ms SRTT: what b was handed from 80 ms on may
-        // be lost; it goes to a, unchanged (the same sequence numbers), in order.
+        // be lost; it goes to a, in order, with the same sequence numbers for the
+        // site and the next ones of a's own.
         let expected: Vec<_> = on_b
             .iter()
             .filter(|(t, _)| *t >= 80)
@@ -2942,15 +3068,128 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(expected.len(), 13);
         assert!(again.iter().all(|x| Some(x.lane) == a), "{again:?}");
-        assert_eq!(
-            again.into_iter().map(|x| x.datagram).collect::<Vec<_>>(),
-            expected
-        );
+        let a_next = split_datagram(&again[0].datagram)
+            .expect("header")
+            .0
+            .lane_seq;
+        for (i, (x, d)) in again.iter().zip(&expected).enumerate() {
+            let (header, packet) = split_datagram(&x.datagram).expect("header");
+            let (original, original_packet) = split_datagram(d).expect("header");
+            assert_eq!((header.seq, header.gap), (original.seq, original.gap));
+            assert_eq!(header.lane_seq, a_next.wrapping_add(i as u16));
+            assert_eq!(packet, original_packet);
+        }
+        assert_eq!(again.len(), expected.len());
         assert_eq!(resent, Some(13));
         // With no other lane there is nowhere to send them.
         let (_, _, at_stall, resent) = run(false);
         assert!(at_stall.expect("b given up").1.is_empty());
         assert_eq!(resent, Some(0));
+    }
+
+    /// `packet` behind a datagram header carrying `seq`, no flow gap and `lane_seq`.
+    fn laned_datagram(seq: u32, lane_seq: u16, packet: &[u8]) -> Bytes {
+        let mut d = vec![0; DATAGRAM_HEADER_LEN];
+        let header = DatagramHeader {
+            seq,
+            gap: 0,
+            lane_seq,
+        };
+        write_datagram_header(&mut d, header);
+        d.extend_from_slice(packet);
+        Bytes::from(d)
+    }
+
+    #[test]
+    fn a_run_of_packets_missing_on_a_lane_is_reported_back_on_it_once() {
+        let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        let pkt = tcp_v4("203.0.113.1", 80, "198.18.0.2", 1);
+        let mut receive = |lane, seq, lane_seq| {
+            e.handle_lane_datagram(lane, laned_datagram(seq, lane_seq, &pkt), at(1));
+            transmits(&mut e)
+                .into_iter()
+                .map(|t| (t.lane, LossReport::decode(&t.datagram)))
+                .collect::<Vec<_>>()
+        };
+        let report = |first, count| Some(LossReport { first, count });
+        assert!(
+            receive(a, 0, 7).is_empty(),
+            "the first sets where the lane is"
+        );
+        assert!(receive(a, 1, 8).is_empty());
+        assert_eq!(receive(a, 2, 11), [(a, report(9, 2))]);
+        // What comes late, a copy, or the next in line is no loss.
+        assert!(receive(a, 3, 9).is_empty());
+        assert!(receive(a, 4, 11).is_empty());
+        assert!(receive(a, 5, 12).is_empty());
+        // Each lane counts for itself, across the wrap.
+        assert!(receive(b, 6, 65_534).is_empty());
+        assert_eq!(receive(b, 7, 1), [(b, report(65_535, 2))]);
+        // The longest run reported; a longer one is an outage, not reported.
+        assert_eq!(receive(a, 8, 13 + 64), [(a, report(13, 64))]);
+        assert!(receive(a, 9, 78 + 65).is_empty());
+        assert!(receive(a, 10, 144).is_empty());
+        let reported = |l| e.lane(l).map(|l| l.counters.loss_reported);
+        assert_eq!((reported(a), reported(b)), (Some(66), Some(2)));
+        // Every packet was passed on, reported or not.
+        assert_eq!(std::iter::from_fn(|| e.poll_tun_write()).count(), 11);
+    }
+
+    #[test]
+    fn packets_a_lane_lost_are_sent_again_over_the_lane_where_they_arrive_first() {
+        let mut e = engine(Role::Entry, Algorithm::Afmt);
+        let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+        let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+        let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        // Far more than a lane's window at once: the flow is striped.
+        let (mut on_a, mut on_b) = (Vec::new(), 0u16);
+        for _ in 0..1000 {
+            send(&mut e, &pkt, at(1));
+            for t in transmits(&mut e) {
+                if t.lane == a {
+                    on_a.push(t.datagram);
+                } else {
+                    on_b += 1;
+                }
+            }
+        }
+        let header = |d: &Bytes| split_datagram(d).expect("header").0;
+        assert!(
+            on_a.iter()
+                .enumerate()
+                .all(|(i, d)| usize::from(header(d).lane_seq) == i),
+            "a numbers what it carries"
+        );
+        // The flow's first packets went before it was striped, without a gap.
+        let striped = on_a
+            .iter()
+            .position(|d| header(d).gap != 0)
+            .expect("striped");
+        assert!(striped > 0 && header(&on_a[striped + 1]).gap != 0);
+        let mut report = |first: usize, count| {
+            let first = u16::try_from(first).expect("few");
+            let datagram = Bytes::copy_from_slice(&LossReport { first, count }.encode());
+            e.handle_lane_datagram(a, datagram, at(30));
+            transmits(&mut e)
+        };
+        // Of a run from the last packet without a gap, the two the receiver holds
+        // the flow for go again: oldest first, over b, in b's numbering.
+        let again = report(striped - 1, 3);
+        assert_eq!(again.len(), 2, "{again:?}");
+        for (i, t) in again.iter().enumerate() {
+            assert_eq!(t.lane, b);
+            let (resent, packet) = split_datagram(&t.datagram).expect("header");
+            let (original, original_packet) = split_datagram(&on_a[striped + i]).expect("header");
+            assert_eq!((resent.seq, resent.gap), (original.seq, original.gap));
+            assert_eq!(resent.lane_seq, on_b + i as u16, "b's next");
+            assert_eq!(packet, original_packet);
+        }
+        // Packets a did not carry are not sent.
+        assert!(report(on_a.len(), 5).is_empty());
+        let repaired = |l| e.lane(l).map(|l| l.counters.loss_repaired);
+        assert_eq!((repaired(a), repaired(b)), (Some(2), Some(0)));
     }
 
     #[test]

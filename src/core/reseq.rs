@@ -227,7 +227,7 @@ impl Resequencer {
         budget: &mut HeldBudget,
         out: &mut VecDeque<Bytes>,
     ) {
-        let DatagramHeader { seq, gap } = header;
+        let DatagramHeader { seq, gap, .. } = header;
         let prev = seq.wrapping_sub(u32::from(gap));
         let mut verdict = Verdict::Release;
         self.flows.update(flow, now, |order| {
@@ -482,7 +482,11 @@ mod tests {
         fn recv(&mut self, seq: u32, prev: Option<u32>, ms: u64) {
             let gap = prev.map_or(0, |p| u16::try_from(seq.wrapping_sub(p)).unwrap());
             let packet = Bytes::from(seq.to_be_bytes().to_vec());
-            let header = DatagramHeader { seq, gap };
+            let header = DatagramHeader {
+                seq,
+                gap,
+                lane_seq: 0,
+            };
             self.r.receive(
                 FLOW,
                 header,
@@ -663,7 +667,11 @@ mod tests {
             for (seq, gap) in [(1, 0), (3, 1)] {
                 rig.r.receive(
                     flow,
-                    DatagramHeader { seq, gap },
+                    DatagramHeader {
+                        seq,
+                        gap,
+                        lane_seq: 0,
+                    },
                     Bytes::from_static(&[0; 40]),
                     at(1),
                     &mut rig.budget,

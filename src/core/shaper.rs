@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 
 use super::aqm::{AqmDrop, CoDel};
 use super::dsd::{Dsd, DsdConfig, DsdDrop};
@@ -103,7 +103,7 @@ pub enum ShapeDrop {
 /// A datagram waiting for the uplink.
 #[derive(Debug)]
 struct Shaped {
-    datagram: Bytes,
+    datagram: BytesMut,
     /// The colour of the lane it was scheduled on.
     lane_colour: Colour,
     queued_at: Instant,
@@ -114,7 +114,7 @@ struct Shaped {
 pub struct Released {
     pub lane: Option<LaneId>,
     pub colour: Colour,
-    pub datagram: Bytes,
+    pub datagram: BytesMut,
     /// How long it waited in the shaper.
     pub waited: Duration,
 }
@@ -188,7 +188,7 @@ impl Shaper {
     /// uplink while a longer one takes more, as in a lane's own queue (`engine.rs`).
     pub fn enqueue(
         &mut self,
-        datagram: Bytes,
+        datagram: BytesMut,
         lane_colour: Colour,
         mtu: u64,
         intended: Duration,
@@ -301,8 +301,8 @@ mod tests {
         Instant::from_nanos(us * 1000)
     }
 
-    fn datagram(len: usize, tag: u8) -> Bytes {
-        Bytes::from(vec![tag; len])
+    fn datagram(len: usize, tag: u8) -> BytesMut {
+        BytesMut::from(&vec![tag; len][..])
     }
 
     /// Queues `n` blue datagrams of 1426 bytes at time zero, every one accepted.

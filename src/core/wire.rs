@@ -13,16 +13,20 @@ use super::lane::Colour;
 /// ALPN protocol id of a braid lane.
 pub const ALPN: &[u8] = b"braid/1";
 /// Version carried in the hello; the exit refuses versions it does not speak.
-/// Version 2 added the flow gap to the datagram header.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version 2 added the flow gap to the datagram header, version 3 the lane sequence
+/// number and loss reports.
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest hello or reply accepted.
 pub const MAX_MESSAGE_LEN: usize = 4096;
 /// Every DATAGRAM frame starts with this many bytes, big-endian: the sender's
 /// sequence number for the site (4 bytes), counting every packet it sends to that site
-/// on any lane, and the flow gap (2 bytes): how many numbers back the previous packet
+/// on any lane; the flow gap (2 bytes): how many numbers back the previous packet
 /// of the same flow is, when the receiver must keep the flow in order behind it (a
-/// striped flow), or 0. The receiver resequences and measures reordering with them.
-pub const DATAGRAM_HEADER_LEN: usize = 6;
+/// striped flow), or 0; and the lane sequence number (2 bytes), counting the packets
+/// the sender hands to this lane. The receiver resequences and measures reordering
+/// with the first two, and reports a lane's lost packets with the third (see
+/// [`LossReport`]).
+pub const DATAGRAM_HEADER_LEN: usize = 8;
 
 /// A probe: a datagram of a header of zeros and no packet. A lane whose answer is
 /// overdue sends it so that its peer acknowledges something (QUIC acknowledges every
@@ -33,6 +37,47 @@ pub const PROBE: [u8; DATAGRAM_HEADER_LEN] = [0; DATAGRAM_HEADER_LEN];
 /// (see `engine.rs`, `open_lanes`) is a slice of it. More than a datagram over a
 /// 1500-byte path holds; over jumbo frames the padding is shorter than the packet.
 pub static PROBE_PADDING: [u8; 2048] = [0; 2048];
+
+/// A loss report: a header of zeros, [`LOSS_REPORT_TAG`], the first lane sequence
+/// number of a run of packets that did not arrive on the lane it is sent on (2 bytes,
+/// big-endian) and how many there were (1 byte). QUIC carries a lane's packets in
+/// order and does not resend DATAGRAM frames, so a jump in the lane sequence numbers
+/// is a loss; the sender sends those packets again over its other lanes, before the
+/// receiver stops waiting for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossReport {
+    pub first: u16,
+    pub count: u8,
+}
+
+/// The byte behind a loss report's header of zeros. Not zero (a padded probe) and
+/// no IP version (4 or 6).
+pub const LOSS_REPORT_TAG: u8 = 1;
+/// The length of a loss report.
+pub const LOSS_REPORT_LEN: usize = DATAGRAM_HEADER_LEN + 4;
+
+impl LossReport {
+    pub fn encode(self) -> [u8; LOSS_REPORT_LEN] {
+        let mut out = [0; LOSS_REPORT_LEN];
+        out[DATAGRAM_HEADER_LEN] = LOSS_REPORT_TAG;
+        out[DATAGRAM_HEADER_LEN + 1..DATAGRAM_HEADER_LEN + 3]
+            .copy_from_slice(&self.first.to_be_bytes());
+        out[DATAGRAM_HEADER_LEN + 3] = self.count;
+        out
+    }
+
+    /// The report a received datagram is, if it is one.
+    pub fn decode(datagram: &[u8]) -> Option<LossReport> {
+        let (header, body) = datagram.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
+        match *body {
+            [LOSS_REPORT_TAG, f0, f1, count] if *header == PROBE => Some(LossReport {
+                first: u16::from_be_bytes([f0, f1]),
+                count,
+            }),
+            _ => None,
+        }
+    }
+}
 
 /// Whether a received datagram is a probe: a header of zeros, then nothing or zeros.
 /// No IP packet starts with a zero byte (its version), so a packet that happens to
@@ -48,21 +93,30 @@ pub fn is_probe(datagram: &[u8]) -> bool {
 pub struct DatagramHeader {
     pub seq: u32,
     pub gap: u16,
+    pub lane_seq: u16,
 }
 
 /// Writes the datagram header into the first [`DATAGRAM_HEADER_LEN`] bytes of `buf`.
 pub fn write_datagram_header(buf: &mut [u8], header: DatagramHeader) {
     buf[..4].copy_from_slice(&header.seq.to_be_bytes());
-    buf[4..DATAGRAM_HEADER_LEN].copy_from_slice(&header.gap.to_be_bytes());
+    buf[4..6].copy_from_slice(&header.gap.to_be_bytes());
+    set_lane_seq(buf, header.lane_seq);
+}
+
+/// Rewrites the lane sequence number of the datagram in `buf`: a packet sent again
+/// over another lane takes that lane's next.
+pub fn set_lane_seq(buf: &mut [u8], lane_seq: u16) {
+    buf[6..DATAGRAM_HEADER_LEN].copy_from_slice(&lane_seq.to_be_bytes());
 }
 
 /// Splits a received datagram into its header and inner packet.
 pub fn split_datagram(buf: &[u8]) -> Option<(DatagramHeader, &[u8])> {
     let (header, packet) = buf.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
-    let [s0, s1, s2, s3, g0, g1] = *header;
+    let [s0, s1, s2, s3, g0, g1, l0, l1] = *header;
     let header = DatagramHeader {
         seq: u32::from_be_bytes([s0, s1, s2, s3]),
         gap: u16::from_be_bytes([g0, g1]),
+        lane_seq: u16::from_be_bytes([l0, l1]),
     };
     Some((header, packet))
 }
@@ -190,16 +244,39 @@ mod tests {
 
     #[test]
     fn datagram_headers_round_trip_and_short_datagrams_are_refused() {
-        let mut buf = [0u8; 10];
+        let mut buf = [0u8; 12];
         let header = DatagramHeader {
             seq: 0xdead_beef,
             gap: 0x0102,
+            lane_seq: 0x0304,
         };
         write_datagram_header(&mut buf, header);
-        buf[6..].copy_from_slice(b"pkt!");
-        assert_eq!(&buf[..6], b"\xde\xad\xbe\xef\x01\x02");
+        buf[8..].copy_from_slice(b"pkt!");
+        assert_eq!(&buf[..8], b"\xde\xad\xbe\xef\x01\x02\x03\x04");
         assert_eq!(split_datagram(&buf), Some((header, &b"pkt!"[..])));
-        assert_eq!(split_datagram(&buf[..5]), None);
+        assert_eq!(split_datagram(&buf[..7]), None);
+        set_lane_seq(&mut buf, 0xfffe);
+        assert_eq!(split_datagram(&buf).map(|(h, _)| h.lane_seq), Some(0xfffe));
+    }
+
+    #[test]
+    fn a_loss_report_round_trips_and_is_neither_a_probe_nor_a_packet() {
+        let report = LossReport {
+            first: 0xfff0,
+            count: 17,
+        };
+        let bytes = report.encode();
+        assert_eq!(LossReport::decode(&bytes), Some(report));
+        assert!(!is_probe(&bytes));
+        assert_eq!(LossReport::decode(&PROBE_PADDING[..LOSS_REPORT_LEN]), None);
+        assert_eq!(LossReport::decode(&bytes[..LOSS_REPORT_LEN - 1]), None);
+        // A packet with sequence number 0 behind a header of zeros is not one.
+        let mut packet = bytes;
+        packet[DATAGRAM_HEADER_LEN] = 0x45;
+        assert_eq!(LossReport::decode(&packet), None);
+        let mut not_zeros = bytes;
+        not_zeros[3] = 1;
+        assert_eq!(LossReport::decode(&not_zeros), None);
     }
 
     #[test]
@@ -214,7 +291,7 @@ mod tests {
         ));
         let v1 = br#"{"version":1,"site":"a","uplink":"b","colour":"blue"}"#;
         assert!(matches!(Hello::decode(v1), Err(WireError::Version(1))));
-        let bad = br#"{"version":2,"site":"a b","uplink":"b","colour":"blue"}"#;
+        let bad = br#"{"version":3,"site":"a b","uplink":"b","colour":"blue"}"#;
         assert!(matches!(
             Hello::decode(bad),
             Err(WireError::Invalid { field: "site", .. })
