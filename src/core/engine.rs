@@ -49,8 +49,8 @@ use super::shaper::{AbeSettings, Released, ShapeDrop, Shaper};
 use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
 use super::wire::{
-    DATAGRAM_HEADER_LEN, DatagramHeader, LossReport, PROBE, PROBE_PADDING, is_probe, set_lane_seq,
-    split_datagram, write_datagram_header,
+    DATAGRAM_HEADER_LEN, DatagramHeader, LossReport, PROBE, PROBE_PADDING, is_probe, mark_copy,
+    set_lane_seq, split_datagram, write_datagram_header,
 };
 
 /// How often each end of an idle lane sends a keep-alive (quinn's PING): it keeps
@@ -1698,6 +1698,7 @@ impl DataPath {
         let header = DatagramHeader {
             seq: site.tx_seq,
             gap: pick.gap,
+            copy: false,
             lane_seq: 0,
         };
         write_datagram_header(&mut datagram, header);
@@ -1944,7 +1945,7 @@ impl DataPath {
         // Only packets of flows the receiver keeps in order: it holds their flows'
         // later packets until the copy arrives. Another flow's copy would arrive
         // behind its later packets, reordered.
-        let lost = |d: &Bytes| {
+        let lost = |(_, d): &(Instant, Bytes)| {
             split_datagram(d).is_some_and(|(h, _)| {
                 h.gap != 0 && h.lane_seq.wrapping_sub(report.first) < u16::from(report.count)
             })
@@ -1955,7 +1956,7 @@ impl DataPath {
             l.recent
                 .iter()
                 .rev()
-                .filter(|(_, d)| lost(d))
+                .filter(|entry| lost(entry))
                 .take(usize::from(report.count))
                 .map(|(_, d)| d.clone()),
         );
@@ -1969,7 +1970,8 @@ impl DataPath {
 
     /// Sends `batch`, datagrams lane `from` carried, again over the other lanes of
     /// its site that are up: each where it arrives first, on a lane of the same
-    /// colour if one is up, renumbered in that lane's sequence. They keep their
+    /// colour if one is up, renumbered in that lane's sequence and marked as copies.
+    /// They keep their
     /// sequence numbers for the site: the receiving gateway puts them back in their
     /// flows' order, or, where it gave up waiting for them, passes them on late (to
     /// TCP, a retransmission that came early). Drains `batch`; returns how many were
@@ -1997,7 +1999,9 @@ impl DataPath {
             if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
                 continue;
             }
-            let datagram = number_for_lane(lane, BytesMut::from(&datagram[..]));
+            let mut copy = BytesMut::from(&datagram[..]);
+            mark_copy(&mut copy);
+            let datagram = number_for_lane(lane, copy);
             let sojourn = view.drain_time(0, view.srtt);
             let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
             self.stall_check_at = earliest(self.stall_check_at, due);
@@ -2376,6 +2380,7 @@ pub(crate) mod tests {
             DatagramHeader {
                 seq,
                 gap,
+                copy: false,
                 lane_seq: 0,
             },
         );
@@ -3076,6 +3081,7 @@ pub(crate) mod tests {
             let (header, packet) = split_datagram(&x.datagram).expect("header");
             let (original, original_packet) = split_datagram(d).expect("header");
             assert_eq!((header.seq, header.gap), (original.seq, original.gap));
+            assert!(header.copy && !original.copy);
             assert_eq!(header.lane_seq, a_next.wrapping_add(i as u16));
             assert_eq!(packet, original_packet);
         }
@@ -3093,6 +3099,7 @@ pub(crate) mod tests {
         let header = DatagramHeader {
             seq,
             gap: 0,
+            copy: false,
             lane_seq,
         };
         write_datagram_header(&mut d, header);
@@ -3168,26 +3175,27 @@ pub(crate) mod tests {
             .position(|d| header(d).gap != 0)
             .expect("striped");
         assert!(striped > 0 && header(&on_a[striped + 1]).gap != 0);
-        let mut report = |first: usize, count| {
+        let mut report = |first: usize, count, ms| {
             let first = u16::try_from(first).expect("few");
             let datagram = Bytes::copy_from_slice(&LossReport { first, count }.encode());
-            e.handle_lane_datagram(a, datagram, at(30));
+            e.handle_lane_datagram(a, datagram, at(ms));
             transmits(&mut e)
         };
         // Of a run from the last packet without a gap, the two the receiver holds
         // the flow for go again: oldest first, over b, in b's numbering.
-        let again = report(striped - 1, 3);
+        let again = report(striped - 1, 3, 15);
         assert_eq!(again.len(), 2, "{again:?}");
         for (i, t) in again.iter().enumerate() {
             assert_eq!(t.lane, b);
             let (resent, packet) = split_datagram(&t.datagram).expect("header");
             let (original, original_packet) = split_datagram(&on_a[striped + i]).expect("header");
             assert_eq!((resent.seq, resent.gap), (original.seq, original.gap));
+            assert!(resent.copy && !original.copy);
             assert_eq!(resent.lane_seq, on_b + i as u16, "b's next");
             assert_eq!(packet, original_packet);
         }
         // Packets a did not carry are not sent.
-        assert!(report(on_a.len(), 5).is_empty());
+        assert!(report(on_a.len(), 5, 15).is_empty());
         let repaired = |l| e.lane(l).map(|l| l.counters.loss_repaired);
         assert_eq!((repaired(a), repaired(b)), (Some(2), Some(0)));
     }

@@ -227,7 +227,7 @@ impl Resequencer {
         budget: &mut HeldBudget,
         out: &mut VecDeque<Bytes>,
     ) {
-        let DatagramHeader { seq, gap, .. } = header;
+        let DatagramHeader { seq, gap, copy, .. } = header;
         let prev = seq.wrapping_sub(u32::from(gap));
         let mut verdict = Verdict::Release;
         self.flows.update(flow, now, |order| {
@@ -262,7 +262,11 @@ impl Resequencer {
             }
             Verdict::Reordered(gave_up) => {
                 self.counters.reordered += 1;
-                if gap != 0 {
+                // A copy's lateness is the repair's (a report's round trip, and
+                // another if the copy was lost too), not the lanes' delay spread:
+                // counted, each late copy could raise every flow's deadline up to
+                // 2.5 times, to the 1 s bound over a lossy path.
+                if gap != 0 && !copy {
                     // Its place was given up too soon: it needed the deadline then
                     // and the time since, but at most twice the deadline. A packet
                     // much later than that was not slowed by its lane's delay but
@@ -480,11 +484,17 @@ mod tests {
 
         /// Packet `seq` of FLOW whose previous packet is `prev` (None: no order kept).
         fn recv(&mut self, seq: u32, prev: Option<u32>, ms: u64) {
+            self.recv_as(seq, prev, ms, false);
+        }
+
+        /// The same, or a copy of it sent again after a loss (`copy`).
+        fn recv_as(&mut self, seq: u32, prev: Option<u32>, ms: u64, copy: bool) {
             let gap = prev.map_or(0, |p| u16::try_from(seq.wrapping_sub(p)).unwrap());
             let packet = Bytes::from(seq.to_be_bytes().to_vec());
             let header = DatagramHeader {
                 seq,
                 gap,
+                copy,
                 lane_seq: 0,
             };
             self.r.receive(
@@ -644,6 +654,17 @@ mod tests {
         rig.recv(6, Some(5), t + 1050);
         assert_eq!(rig.released(), [7, 6]);
         assert_eq!(rig.r.deadline(at(t + 1050)), Duration::from_millis(125));
+        // A copy of a lost packet that comes after its place was given up is passed
+        // on, reordered, and teaches the deadline nothing: its lateness was the
+        // repair's.
+        let t = 9 * window;
+        assert_eq!(rig.r.deadline(at(t)), base());
+        rig.recv(9, Some(8), t);
+        rig.timeout(t + 50);
+        rig.recv_as(8, Some(7), t + 60, true);
+        assert_eq!(rig.released(), [9, 8]);
+        assert_eq!(rig.r.counters().reordered, 3);
+        assert_eq!(rig.r.deadline(at(t + 60)), base());
     }
 
     #[test]
@@ -670,6 +691,7 @@ mod tests {
                     DatagramHeader {
                         seq,
                         gap,
+                        copy: false,
                         lane_seq: 0,
                     },
                     Bytes::from_static(&[0; 40]),

@@ -20,13 +20,22 @@ pub const PROTOCOL_VERSION: u32 = 3;
 pub const MAX_MESSAGE_LEN: usize = 4096;
 /// Every DATAGRAM frame starts with this many bytes, big-endian: the sender's
 /// sequence number for the site (4 bytes), counting every packet it sends to that site
-/// on any lane; the flow gap (2 bytes): how many numbers back the previous packet
-/// of the same flow is, when the receiver must keep the flow in order behind it (a
-/// striped flow), or 0; and the lane sequence number (2 bytes), counting the packets
+/// on any lane; the flow gap (2 bytes): in the low 15 bits how many numbers back the
+/// previous packet of the same flow is, when the receiver must keep the flow in order
+/// behind it (a striped flow), or 0, and in the top bit whether the datagram is a
+/// copy of one sent before ([`GAP_COPY`]); and the lane sequence number (2 bytes),
+/// counting the packets
 /// the sender hands to this lane. The receiver resequences and measures reordering
 /// with the first two, and reports a lane's lost packets with the third (see
 /// [`LossReport`]).
 pub const DATAGRAM_HEADER_LEN: usize = 8;
+/// The flow gap's top bit: the datagram is a copy of one sent before, over another
+/// lane, after its lane lost it or was given up. The receiver does not learn its
+/// deadline from a copy that comes after its place was given up: that lateness is
+/// the repair's, not the lanes' delay spread.
+pub const GAP_COPY: u16 = 0x8000;
+/// The largest flow gap a header carries.
+pub const MAX_GAP: u16 = GAP_COPY - 1;
 
 /// A probe: a datagram of a header of zeros and no packet. A lane whose answer is
 /// overdue sends it so that its peer acknowledges something (QUIC acknowledges every
@@ -92,30 +101,39 @@ pub fn is_probe(datagram: &[u8]) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramHeader {
     pub seq: u32,
+    /// 0 to [`MAX_GAP`].
     pub gap: u16,
+    pub copy: bool,
     pub lane_seq: u16,
 }
 
 /// Writes the datagram header into the first [`DATAGRAM_HEADER_LEN`] bytes of `buf`.
 pub fn write_datagram_header(buf: &mut [u8], header: DatagramHeader) {
     buf[..4].copy_from_slice(&header.seq.to_be_bytes());
-    buf[4..6].copy_from_slice(&header.gap.to_be_bytes());
+    let gap = (header.gap & MAX_GAP) | if header.copy { GAP_COPY } else { 0 };
+    buf[4..6].copy_from_slice(&gap.to_be_bytes());
     set_lane_seq(buf, header.lane_seq);
 }
 
-/// Rewrites the lane sequence number of the datagram in `buf`: a packet sent again
-/// over another lane takes that lane's next.
+/// Rewrites the lane sequence number of the datagram in `buf`.
 pub fn set_lane_seq(buf: &mut [u8], lane_seq: u16) {
     buf[6..DATAGRAM_HEADER_LEN].copy_from_slice(&lane_seq.to_be_bytes());
+}
+
+/// Marks the datagram in `buf` as a copy ([`GAP_COPY`]).
+pub fn mark_copy(buf: &mut [u8]) {
+    buf[4] |= (GAP_COPY >> 8) as u8;
 }
 
 /// Splits a received datagram into its header and inner packet.
 pub fn split_datagram(buf: &[u8]) -> Option<(DatagramHeader, &[u8])> {
     let (header, packet) = buf.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
     let [s0, s1, s2, s3, g0, g1, l0, l1] = *header;
+    let gap = u16::from_be_bytes([g0, g1]);
     let header = DatagramHeader {
         seq: u32::from_be_bytes([s0, s1, s2, s3]),
-        gap: u16::from_be_bytes([g0, g1]),
+        gap: gap & MAX_GAP,
+        copy: gap & GAP_COPY != 0,
         lane_seq: u16::from_be_bytes([l0, l1]),
     };
     Some((header, packet))
@@ -248,6 +266,7 @@ mod tests {
         let header = DatagramHeader {
             seq: 0xdead_beef,
             gap: 0x0102,
+            copy: false,
             lane_seq: 0x0304,
         };
         write_datagram_header(&mut buf, header);
@@ -256,7 +275,14 @@ mod tests {
         assert_eq!(split_datagram(&buf), Some((header, &b"pkt!"[..])));
         assert_eq!(split_datagram(&buf[..7]), None);
         set_lane_seq(&mut buf, 0xfffe);
-        assert_eq!(split_datagram(&buf).map(|(h, _)| h.lane_seq), Some(0xfffe));
+        mark_copy(&mut buf);
+        let copy = DatagramHeader {
+            copy: true,
+            lane_seq: 0xfffe,
+            ..header
+        };
+        assert_eq!(split_datagram(&buf), Some((copy, &b"pkt!"[..])));
+        assert_eq!(&buf[4..6], b"\x81\x02", "the flag is the gap's top bit");
     }
 
     #[test]

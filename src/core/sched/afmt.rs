@@ -65,6 +65,7 @@ use crate::core::lane::{LaneId, LaneView};
 use crate::core::packet::FlowKey;
 use crate::core::reseq::base_deadline;
 use crate::core::time::Instant;
+use crate::core::wire::MAX_GAP;
 
 /// Fixed part of the margin by which another lane must be slower before a busy flow
 /// may move to it (the other part is an eighth of the last lane's delay).
@@ -331,7 +332,10 @@ impl Scheduler for Afmt {
                 // the queues they measure, and the flowlet rule can misjudge.
                 ordered |= self.stripe && kind != DecisionKind::SameLane;
                 let gap = match known {
-                    Some(e) if ordered => u16::try_from(seq.wrapping_sub(e.value.seq)).unwrap_or(0),
+                    Some(e) if ordered => u16::try_from(seq.wrapping_sub(e.value.seq))
+                        .ok()
+                        .filter(|&gap| gap <= MAX_GAP)
+                        .unwrap_or(0),
                     _ => 0,
                 };
                 Pick { lane, kind, gap }
