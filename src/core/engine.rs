@@ -1932,12 +1932,12 @@ impl DataPath {
     /// Why: a lane loses packets when its uplink's buffer overflows, as a competing
     /// flow's slow start makes it do, and the flows striped over the lanes each lost
     /// one and cut their windows, which CUBIC over a 130 ms round trip took seconds
-    /// to regrow (the AFMT paper's delay variant: 4.7–7.1 MiB/s in the background
-    /// flow's seconds, 62.0–81.9 % of the capacity left in eight rounds; 6.7–7.3
-    /// and 77.7–82.5 % with this; README, "Lost packets sent again"). Sent again over the lane where
-    /// it arrives first, the packet mostly fills its gap before the receiver stops
-    /// waiting for it, and the inner flows do not see the loss; the lane's own
-    /// window still does.
+    /// to regrow (the AFMT paper's delay variant: 5.7–7.5 MiB/s in the background
+    /// flow's seconds, 70.0–83.8 % of the capacity left in ten rounds; 6.7–7.4 and
+    /// 78.5–84.2 % with this; README, "Lost packets sent again"). Sent again over
+    /// the lane where it arrives first, the packet mostly fills its gap before the
+    /// receiver stops waiting for it, and the inner flows do not see the loss; the
+    /// lane's own window still does.
     fn repair(&mut self, lane: LaneId, report: LossReport, now: Instant) {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
