@@ -438,10 +438,10 @@ fn a_striped_download_over_lossy_uplinks_gets_its_lost_packets_sent_again() {
     // it was striped, are not sent again.
     assert!(resent > reported / 2.0, "{resent} of {reported} sent again");
     // A lost packet no copy replaced in time costs the entry's resequencer a
-    // deadline: without copies about one for each lost packet of the download, with
-    // them 32 and 73 for 139 and 143 reported in two runs over these short paths (a
-    // copy takes three one-way delays, longer than a 10 ms deadline; one that comes
-    // later does not raise it).
+    // deadline: without copies each lost packet of the download would (about two
+    // each in the simulator); with them, 32 and 73 for 139 and 143 reported in two
+    // runs over these short paths (a copy takes three one-way delays, longer than
+    // a 10 ms deadline, and one that comes later does not raise it).
     assert!(
         at_deadline < reported * 0.75,
         "{at_deadline} released at the deadline for {reported} reported lost"

@@ -402,6 +402,10 @@ impl Metrics {
 
     pub fn lane(&self, site: &str, uplink: &str, colour: Colour) -> LaneMetrics {
         let l = [site, uplink, colour.as_str()];
+        // A family with one label beyond the lane's.
+        let by = |family: &IntCounterVec, value: &str| {
+            family.with_label_values(&[site, uplink, colour.as_str(), value])
+        };
         LaneMetrics {
             srtt: self.lane_srtt.with_label_values(&l),
             cwnd: self.lane_cwnd.with_label_values(&l),
@@ -413,37 +417,14 @@ impl Metrics {
             lost: self.lane_lost.with_label_values(&l),
             stalls: self.lane_stalls.with_label_values(&l),
             resent: self.lane_resent.with_label_values(&l),
-            probes_sent: self.lane_probes.with_label_values(&[
-                site,
-                uplink,
-                colour.as_str(),
-                "sent",
-            ]),
-            probes_received: self.lane_probes.with_label_values(&[
-                site,
-                uplink,
-                colour.as_str(),
-                "received",
-            ]),
+            probes_sent: by(&self.lane_probes, "sent"),
+            probes_received: by(&self.lane_probes, "received"),
             opening_bytes: self.lane_opening_bytes.with_label_values(&l),
-            loss_reported: self.lane_loss_repairs.with_label_values(&[
-                site,
-                uplink,
-                colour.as_str(),
-                "reported",
-            ]),
-            loss_repaired: self.lane_loss_repairs.with_label_values(&[
-                site,
-                uplink,
-                colour.as_str(),
-                "resent",
-            ]),
+            loss_reported: by(&self.lane_loss_repairs, "reported"),
+            loss_repaired: by(&self.lane_loss_repairs, "resent"),
             decisions: DecisionKind::ALL
                 .iter()
-                .map(|k| {
-                    self.decisions
-                        .with_label_values(&[site, uplink, colour.as_str(), k.as_str()])
-                })
+                .map(|k| by(&self.decisions, k.as_str()))
                 .collect(),
         }
     }
