@@ -1971,11 +1971,10 @@ impl DataPath {
     /// Sends `batch`, datagrams lane `from` carried, again over the other lanes of
     /// its site that are up: each where it arrives first, on a lane of the same
     /// colour if one is up, renumbered in that lane's sequence and marked as copies.
-    /// They keep their
-    /// sequence numbers for the site: the receiving gateway puts them back in their
-    /// flows' order, or, where it gave up waiting for them, passes them on late (to
-    /// TCP, a retransmission that came early). Drains `batch`; returns how many were
-    /// sent.
+    /// They keep their sequence numbers for the site: the receiving gateway puts them
+    /// back in their flows' order, or, where it gave up waiting for them, passes them
+    /// on late (to TCP, a retransmission that came early). Drains `batch`; returns
+    /// how many were sent.
     fn send_again(&mut self, from: LaneId, batch: &mut Vec<Bytes>, now: Instant) -> u64 {
         let Some(Some(l)) = self.lanes.get(from.0 as usize) else {
             batch.clear();
@@ -3175,15 +3174,15 @@ pub(crate) mod tests {
             .position(|d| header(d).gap != 0)
             .expect("striped");
         assert!(striped > 0 && header(&on_a[striped + 1]).gap != 0);
-        let mut report = |first: usize, count, ms| {
+        let mut report = |first: usize, count| {
             let first = u16::try_from(first).expect("few");
             let datagram = Bytes::copy_from_slice(&LossReport { first, count }.encode());
-            e.handle_lane_datagram(a, datagram, at(ms));
+            e.handle_lane_datagram(a, datagram, at(15));
             transmits(&mut e)
         };
         // Of a run from the last packet without a gap, the two the receiver holds
         // the flow for go again: oldest first, over b, in b's numbering.
-        let again = report(striped - 1, 3, 15);
+        let again = report(striped - 1, 3);
         assert_eq!(again.len(), 2, "{again:?}");
         for (i, t) in again.iter().enumerate() {
             assert_eq!(t.lane, b);
@@ -3195,7 +3194,7 @@ pub(crate) mod tests {
             assert_eq!(packet, original_packet);
         }
         // Packets a did not carry are not sent.
-        assert!(report(on_a.len(), 5, 15).is_empty());
+        assert!(report(on_a.len(), 5).is_empty());
         let repaired = |l| e.lane(l).map(|l| l.counters.loss_repaired);
         assert_eq!((repaired(a), repaired(b)), (Some(2), Some(0)));
     }

@@ -24,10 +24,9 @@ pub const MAX_MESSAGE_LEN: usize = 4096;
 /// previous packet of the same flow is, when the receiver must keep the flow in order
 /// behind it (a striped flow), or 0, and in the top bit whether the datagram is a
 /// copy of one sent before ([`GAP_COPY`]); and the lane sequence number (2 bytes),
-/// counting the packets
-/// the sender hands to this lane. The receiver resequences and measures reordering
-/// with the first two, and reports a lane's lost packets with the third (see
-/// [`LossReport`]).
+/// counting the packets the sender hands to this lane. The receiver resequences and
+/// measures reordering with the first two, and reports a lane's lost packets with
+/// the third (see [`LossReport`]).
 pub const DATAGRAM_HEADER_LEN: usize = 8;
 /// The flow gap's top bit: the datagram is a copy of one sent before, over another
 /// lane, after its lane lost it or was given up. The receiver does not learn its
