@@ -241,25 +241,30 @@ fn ping_crosses_three_uplinks_both_ways_and_every_uplink_carries_traffic() {
     }
 }
 
+/// Serves `bytes` bytes from the server on `port` and fetches them through the
+/// tunnel; fails unless they arrived intact. Answers the bytes and the seconds.
+fn download_intact(tb: &mut Testbed, port: &str, bytes: &str) -> (u64, f64) {
+    let blob = tb.blob();
+    let server = tb.spawn(
+        "sv",
+        &["python3", &blob, "serve", port, bytes],
+        Ready::Says("ready"),
+    );
+    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, port]);
+    let sent = tb.wait(server, Duration::from_secs(120));
+    let (n, sha, secs) = digest(&got, "received");
+    let (sent_n, sent_sha, _) = digest(&sent, "sent");
+    assert_eq!((n, sha), (sent_n, sent_sha), "download corrupted");
+    (n, secs)
+}
+
 #[test]
 fn tcp_50mb_arrives_intact_in_each_direction() {
     let mut tb = Testbed::up("e2etcp", &[("RATES", "16 32 50")]);
     tb.start();
     let blob = tb.blob();
 
-    let server = tb.spawn(
-        "sv",
-        &["python3", &blob, "serve", "5001", MB50],
-        Ready::Says("ready"),
-    );
-    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5001"]);
-    let sent = tb.wait(server, Duration::from_secs(120));
-    let (n, sha, secs) = digest(&got, "received");
-    assert_eq!(
-        (n, sha.clone()),
-        (digest(&sent, "sent").0, digest(&sent, "sent").1),
-        "download corrupted"
-    );
+    let (n, secs) = download_intact(&mut tb, "5001", MB50);
     println!(
         "download: {n} bytes intact in {secs:.1} s = {:.1} Mbit/s",
         n as f64 * 8.0 / secs / 1e6
@@ -418,15 +423,7 @@ fn a_striped_download_over_lossy_uplinks_gets_its_lost_packets_sent_again() {
             &format!("braid_reseq_packets_total{{outcome=\"{outcome}\",site=\"site1\"}}"),
         )
     };
-    let blob = tb.blob();
-    let server = tb.spawn(
-        "sv",
-        &["python3", &blob, "serve", "5001", "20000000"],
-        Ready::Says("ready"),
-    );
-    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5001"]);
-    let sent = tb.wait(server, Duration::from_secs(60));
-    assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
+    download_intact(&mut tb, "5001", "20000000");
     let (reported, resent) = (repairs(&tb, "en", "reported"), repairs(&tb, "ex", "resent"));
     let (lost, at_deadline) = (lost(&tb), reseq(&tb, "released_at_deadline"));
     println!(
@@ -1007,15 +1004,7 @@ fn oversized_packets_get_icmp_errors_and_tcp_syns_are_clamped() {
         ],
         Ready::Logs("listening on"),
     );
-    let blob = tb.blob();
-    let server = tb.spawn(
-        "sv",
-        &["python3", &blob, "serve", "5004", "5000000"],
-        Ready::Says("ready"),
-    );
-    let got = tb.ok("cl", &["python3", &blob, "fetch", SERVER_V4, "5004"]);
-    let sent = tb.wait(server, Duration::from_secs(60));
-    assert_eq!(digest(&got, "received").1, digest(&sent, "sent").1);
+    download_intact(&mut tb, "5004", "5000000");
     let syn = tb.wait(capture, Duration::from_secs(10));
     assert!(syn.contains("mss 1386"), "the SYN was not clamped:\n{syn}");
 }

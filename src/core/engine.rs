@@ -702,12 +702,11 @@ impl Lane {
             return None;
         }
         self.rx_lane_seq = Some(seq.wrapping_add(1));
-        let count = u8::try_from(missing).ok()?;
         (1..=MAX_REPORTED_LOSS)
             .contains(&missing)
             .then_some(LossReport {
                 first: expected,
-                count,
+                count: missing as u8,
             })
     }
 }
