@@ -34,7 +34,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use ipnet::IpNet;
 
 use super::app_pacing::{AppCounters, AppPacing};
-use super::aqm::{self, AqmDrop, CoDel};
+use super::aqm::{self, AqmDrop, CoDel, StripedDrops};
 use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
@@ -376,6 +376,8 @@ struct Site {
     /// Flows the receiver resequences that the lanes' CoDel dropped a packet of: until
     /// when it drops no other, on whichever lane ([`aqm::resequenced_drop_spacing`]).
     resequenced_drops: FlowTable<Instant>,
+    /// When the lanes' CoDel may drop a packet of any flow the receiver resequences.
+    striped_drops: StripedDrops,
 }
 
 /// A lane's state beyond what the scheduler sees.
@@ -1722,9 +1724,11 @@ impl DataPath {
                 // flow, not one per lane.
                 let resequenced = pick.gap != 0;
                 let dropped = &site.resequenced_drops;
+                let striped_after = site.striped_drops.not_before();
                 let not_before = || {
                     if resequenced {
-                        dropped.get(flow).map_or(Instant::ZERO, |e| e.value)
+                        let flow_after = dropped.get(flow).map_or(Instant::ZERO, |e| e.value);
+                        flow_after.max(striped_after)
                     } else {
                         Instant::ZERO
                     }
@@ -1736,6 +1740,7 @@ impl DataPath {
                         if resequenced {
                             let until = now + aqm::resequenced_drop_spacing(longest);
                             site.resequenced_drops.record(flow, until, now);
+                            site.striped_drops.dropped(now, longest);
                         }
                         Err(ShapeDrop::QueueDelay)
                     }
@@ -2122,6 +2127,7 @@ impl Site {
             tx_seq: 0,
             reseq: Resequencer::new(flow_idle_timeout, max_flows, RESEQ_MIN_DEADLINE),
             resequenced_drops: FlowTable::new(flow_idle_timeout, max_flows),
+            striped_drops: StripedDrops::default(),
         }
     }
 }
@@ -3607,7 +3613,8 @@ pub(crate) mod tests {
         // lanes send, a standing queue of 10 ms on each. A lane alone drops from it
         // ever faster (the test above); a striped flow, resequenced at the receiver,
         // meets one drop per 200 ms (two round trips of a site whose longest lane is
-        // 10 ms away: CoDel's 100 ms), on whichever lane.
+        // 10 ms away: CoDel's 100 ms), on whichever lane; and once a flow met one,
+        // the others are spared for a round trip of theirs (70 ms).
         let d = RUN_LANE_DATAGRAM;
         for flows in [1, 2] {
             let lanes = usize::from(flows) + 1;
@@ -3633,7 +3640,10 @@ pub(crate) mod tests {
                 assert!(at.len() >= 3, "{flows} flows: {drops:?}");
                 assert!(at.windows(2).all(|p| p[1] - p[0] >= 200), "{drops:?}");
             }
-            // One flow's drop spares no other: drops come closer than 200 ms apart.
+            if flows > 1 {
+                assert!(drops[1].1 != drops[0].1, "{drops:?}");
+                assert!(drops[1].0 - drops[0].0 >= 70, "{drops:?}");
+            }
             let closer = drops.windows(2).any(|p| p[1].0 - p[0].0 < 200);
             assert_eq!(closer, flows > 1, "{flows} flows: {drops:?}");
             assert_eq!(e.dropped(DropReason::QueueFull), 0);
