@@ -114,7 +114,7 @@ pub struct StripedDrops {
     after: Instant,
     /// The last such drop.
     last: Instant,
-    /// Drops in the current run, each within two spacings of the one before.
+    /// Drops in the current run, each within two round trips of the one before.
     count: u32,
 }
 

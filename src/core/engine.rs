@@ -376,7 +376,8 @@ struct Site {
     /// Flows the receiver resequences that the lanes' CoDel dropped a packet of: until
     /// when it drops no other, on whichever lane ([`aqm::resequenced_drop_spacing`]).
     resequenced_drops: FlowTable<Instant>,
-    /// When the lanes' CoDel may drop a packet of any flow the receiver resequences.
+    /// When the lanes' CoDel may drop a packet of any flow the receiver resequences
+    /// (all blue: green flows are never striped).
     striped_drops: StripedDrops,
 }
 
@@ -3644,6 +3645,8 @@ pub(crate) mod tests {
                 assert!(drops[1].1 != drops[0].1, "{drops:?}");
                 assert!(drops[1].0 - drops[0].0 >= 70, "{drops:?}");
             }
+            // Yet another flow is not spared for two round trips: drops come closer
+            // than 200 ms apart.
             let closer = drops.windows(2).any(|p| p[1].0 - p[0].0 < 200);
             assert_eq!(closer, flows > 1, "{flows} flows: {drops:?}");
             assert_eq!(e.dropped(DropReason::QueueFull), 0);
