@@ -1724,12 +1724,11 @@ impl DataPath {
                 // each with its own CoDel: one drop per congestion episode of the
                 // flow, not one per lane.
                 let resequenced = pick.gap != 0;
-                let dropped = &site.resequenced_drops;
-                let striped_after = site.striped_drops.not_before();
+                let (dropped, striped) = (&site.resequenced_drops, &site.striped_drops);
                 let not_before = || {
                     if resequenced {
                         let flow_after = dropped.get(flow).map_or(Instant::ZERO, |e| e.value);
-                        flow_after.max(striped_after)
+                        flow_after.max(striped.not_before())
                     } else {
                         Instant::ZERO
                     }
