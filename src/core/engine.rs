@@ -37,7 +37,7 @@ use super::app_pacing::{AppCounters, AppPacing};
 use super::aqm::{self, AqmDrop, CoDel, StripedDrops};
 use super::flow::FlowTable;
 use super::icmp::{self, MAX_REPLY_LEN};
-use super::lane::{Colour, LaneId, LaneSample, LaneView};
+use super::lane::{Colour, LaneId, LaneSample, LaneView, longest_one_way};
 use super::lane_cc::MAX_START_WINDOW;
 use super::pacer::Enqueued;
 use super::pacing_table::{AppIdx, Direction, PacingTable};
@@ -1670,12 +1670,7 @@ impl DataPath {
         };
         pick.lane += lanes.start;
         let group = lanes.clone();
-        let longest = site.lanes[lanes]
-            .iter()
-            .filter(|v| v.up)
-            .map(|v| v.min_srtt / 2)
-            .max()
-            .unwrap_or_default();
+        let longest = longest_one_way(&site.lanes[lanes]);
         let view = &mut site.lanes[pick.lane];
         if info.len > view.max_datagram {
             scheduler.unsent(flow);
@@ -1684,12 +1679,9 @@ impl DataPath {
         }
         let len = datagram.len() as u64;
         // How long the packet will wait in braid: the bytes ahead of it at the lane's
-        // rate. AFMT means to queue on a short lane as long as a longer lane takes more:
-        // that is when it spreads flows to the longer lane, and striping evens out
-        // the delays of a flow's packets that way (`sched/afmt.rs`). Only the wait
-        // beyond the longest lane's delay is a queue CoDel should drain.
+        // rate; of that, CoDel drains only the wait beyond the longest lane's delay.
         let sojourn = view.drain_time(0, view.srtt);
-        let excess = (view.min_srtt / 2 + sojourn).saturating_sub(longest);
+        let excess = view.wait_beyond(longest);
         let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
             scheduler.unsent(flow);
             return self.count_drop(DropReason::NoLane);

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::core::aqm;
 use crate::core::time::Instant;
 
 /// Index of a lane inside one gateway; reused after the lane is gone.
@@ -88,6 +89,18 @@ pub struct LaneView {
     /// paced it yet, so a small window goes out in bursts
     /// (see [`LaneView::latest_arrival`]).
     pub first_slow_start: bool,
+}
+
+/// The path delay of the longest of `lanes` that are up, one way (half its lowest
+/// SRTT): what a flow striped over them waits for at the receiver, and so what a
+/// shorter lane may queue without delaying the flow.
+pub fn longest_one_way(lanes: &[LaneView]) -> Duration {
+    lanes
+        .iter()
+        .filter(|v| v.up)
+        .map(|v| v.min_srtt / 2)
+        .max()
+        .unwrap_or_default()
 }
 
 /// A window smaller than this many datagrams, in a lane's first slow start, goes out
@@ -201,6 +214,25 @@ impl LaneView {
             let srtt = self.path_srtt(now);
             srtt / 2 + self.drain_time(len, srtt).max(srtt)
         })
+    }
+
+    /// How long a packet handed to the lane now waits beyond the path delay of the
+    /// longest lane of its colour, `longest_one_way` away (see [`longest_one_way`]): the
+    /// wait in braid's queue, at the lane's rate, less what the longer path would take
+    /// anyway. AFMT means to queue on a short lane as long as a longer lane takes more
+    /// (striping evens out the arrival of a flow's packets that way), so only this
+    /// excess is a queue for the lane's CoDel to drain and to bound.
+    pub fn wait_beyond(&self, longest_one_way: Duration) -> Duration {
+        let sojourn = self.drain_time(0, self.srtt);
+        (self.min_srtt / 2 + sojourn).saturating_sub(longest_one_way)
+    }
+
+    /// braid's queue for the lane is past its bound in time ([`aqm::lane_max_sojourn`]):
+    /// the lane's queue drops a packet handed to it now at once, as its CoDel's
+    /// verdict does (`AqmDrop::TooLate`).
+    pub fn past_bound(&self, longest_one_way: Duration) -> bool {
+        self.fill > self.max_datagram as u64
+            && self.wait_beyond(longest_one_way) > aqm::lane_max_sojourn(self.min_srtt)
     }
 
     /// The lane's window goes out in one or two bursts per round trip.

@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use super::{DecisionKind, Pick, Scheduler, least_weighted_fill};
 use crate::core::flow::FlowTable;
-use crate::core::lane::{LaneId, LaneView};
+use crate::core::lane::{LaneId, LaneView, longest_one_way};
 use crate::core::packet::FlowKey;
 use crate::core::reseq::base_deadline;
 use crate::core::time::Instant;
@@ -134,12 +134,24 @@ fn delay(l: &LaneView) -> Duration {
 }
 
 /// The up lane where a packet of `len` bytes arrives first; ties go to the first.
-/// A lane where it may arrive after the receiver stops waiting for it (later than
-/// the earliest lane's packets by more than the resequencing deadline) is not
-/// taken while another is up.
+/// A lane whose queue is past its bound ([`LaneView::past_bound`]) is not taken while
+/// another lane is within its own, nor is a lane where the packet may arrive after
+/// the receiver stops waiting for it (later than the earliest lane's packets by more
+/// than the resequencing deadline) while another is up.
+///
+/// Why the bound: a short lane's bound (30 ms beyond the longest lane's delay) is
+/// tighter than a long lane's (50 ms), and striping evens out arrival times, so the
+/// short lane reached its bound while the long one still had room. Traced in the
+/// AFMT paper's delay variant: as the background flow arrived on the 32 Mbit/s
+/// uplink, its lane's window fell from 211 to 72 kB within 300 ms, and the 16 Mbit/s
+/// lane 10 ms away, at its bound, dropped up to 52 packets of every download within
+/// 100 ms, while the 60 ms lane's queue stood about 17 ms deep (README, "Striped
+/// packets pass over a lane at its bound").
 fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usize> {
-    let pick = |safe_by: Option<Duration>| {
-        let mut best: Option<(usize, Duration)> = None;
+    // With `bounded`, the longest lane's one-way delay, lanes within their bound come
+    // first (`false` orders before `true`), then arrival decides.
+    let pick = |safe_by: Option<Duration>, bounded: Option<Duration>| {
+        let mut best: Option<((bool, Duration), usize)> = None;
         for (i, l) in lanes.iter().enumerate() {
             if !l.up {
                 continue;
@@ -149,13 +161,22 @@ fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usiz
             if safe_by.is_some_and(|by| latest() > by) {
                 continue;
             }
-            if best.is_none_or(|(_, b)| at < b) {
-                best = Some((i, at));
+            let key = (bounded.is_some_and(|longest| l.past_bound(longest)), at);
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, i));
             }
         }
         best
     };
-    let (first, at) = pick(None)?;
+    let mut bounded = None;
+    let mut best = pick(None, bounded)?;
+    // The earliest lane is rarely past its bound: only then are all lanes asked.
+    let longest = longest_one_way(lanes);
+    if lanes[best.1].past_bound(longest) {
+        bounded = Some(longest);
+        best = pick(None, bounded)?;
+    }
+    let ((_, at), first) = best;
     // Only a full window of a few bursts arrives later than its estimate: the common
     // case takes the first lane without a second pass or the deadline.
     let Some(latest) = lanes[first].latest_arrival(len, now) else {
@@ -165,7 +186,7 @@ fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usiz
     if latest <= by {
         return Some(first);
     }
-    Some(pick(Some(by)).map_or(first, |(i, _)| i))
+    Some(pick(Some(by), bounded).map_or(first, |(_, i)| i))
 }
 
 /// braid's queue for the lane holds more than half its congestion window.
@@ -668,11 +689,43 @@ mod tests {
         // nothing queued: the packet leaves at once and arrives after 60 ms. Counted at
         // the window's rate, it would arrive after 60 + 1400 * 120/14 720 = 71.4 ms, and
         // striped packets would go there only once lane 0 queued 9 ms more.
+        // Both at their paths' delays, so lane 0's queue, 2.6 ms beyond lane 1's path,
+        // is within its bound.
         let mut lanes = [lane(0, 20, 50_000, 130_000), lane(1, 120, 14_720, 0)];
+        for l in &mut lanes {
+            l.min_srtt = l.srtt;
+        }
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
         // Once it holds a packet, the next one waits behind it at the window's rate:
         // 60 + 2800 * 120/14 720 = 82.8 ms.
         lanes[1].fill = 1400;
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
+    }
+
+    #[test]
+    fn a_striped_packet_passes_over_a_lane_at_its_bound_for_one_with_room() {
+        // Lane 0: 10 ms away, a 50 kB window per 20 ms and 205 kB queued: a packet
+        // arrives after 10 + 206 400 * 20/50 000 = 92.6 ms and waits 32 ms beyond the
+        // 60 ms of lane 1's path, past lane 0's bound of 30. Lane 1: 60 ms away, its
+        // SRTT 150 ms, a 900 kB window and 120 kB queued: 75 + 121 400 * 150/900 000
+        // = 95.2 ms, 20 ms beyond its path, within its bound of 50.
+        let lane_at = |id, min_srtt, srtt, cwnd, fill| LaneView {
+            min_srtt: Duration::from_millis(min_srtt),
+            ..lane(id, srtt, cwnd, fill)
+        };
+        let mut lanes = [
+            lane_at(0, 20, 20, 50_000, 205_000),
+            lane_at(1, 120, 150, 900_000, 120_000),
+        ];
+        assert!(lanes[0].past_bound(Duration::from_millis(60)));
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
+        // Within its bound (190 kB: 26 ms beyond), lane 0 is earliest again.
+        lanes[0].fill = 190_000;
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
+        // With both past their bounds (lane 1: 400 kB, 67 ms beyond), the earliest
+        // lane takes it, and its queue's bound decides.
+        lanes[0].fill = 205_000;
+        lanes[1].fill = 400_000;
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
     }
 
