@@ -1059,7 +1059,8 @@ impl DataPath {
             at,
             LaneView {
                 rank: up.rank,
-                rate_kbps: up.rate_kbps,
+                // Known, and so shaped, only if positive (`attach_shaper`).
+                rate_kbps: up.rate_kbps.filter(|&r| r > 0),
                 ..LaneView::new(id, up.colour)
             },
         );

@@ -227,12 +227,16 @@ impl LaneView {
         (self.min_srtt / 2 + sojourn).saturating_sub(longest_one_way)
     }
 
-    /// braid's queue for the lane is past its bound in time ([`aqm::lane_max_sojourn`]):
-    /// the lane's queue drops a packet handed to it now at once, as its CoDel's
-    /// verdict does (`AqmDrop::TooLate`).
+    /// braid's queue for the lane is past its bound in time: a packet handed to the
+    /// lane now is dropped at once (`AqmDrop::TooLate`). The bound is the lane's
+    /// queue's ([`aqm::lane_max_sojourn`]), or, for an uplink of known rate, its
+    /// shaper's ([`aqm::MAX_SOJOURN`]).
     pub fn past_bound(&self, longest_one_way: Duration) -> bool {
-        self.fill > self.max_datagram as u64
-            && self.wait_beyond(longest_one_way) > aqm::lane_max_sojourn(self.min_srtt)
+        let bound = match self.rate_kbps {
+            Some(_) => aqm::MAX_SOJOURN,
+            None => aqm::lane_max_sojourn(self.min_srtt),
+        };
+        self.fill > self.max_datagram as u64 && self.wait_beyond(longest_one_way) > bound
     }
 
     /// The lane's window goes out in one or two bursts per round trip.

@@ -719,6 +719,10 @@ mod tests {
         ];
         assert!(lanes[0].past_bound(Duration::from_millis(60)));
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(1));
+        // Of known rate, lane 0 goes through its uplink's shaper, bounded at 50 ms.
+        lanes[0].rate_kbps = Some(16_000);
+        assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
+        lanes[0].rate_kbps = None;
         // Within its bound (190 kB: 26 ms beyond), lane 0 is earliest again.
         lanes[0].fill = 190_000;
         assert_eq!(earliest_arrival(&lanes, 1400, at(0)), Some(0));
