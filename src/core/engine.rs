@@ -1682,7 +1682,7 @@ impl DataPath {
         // How long the packet will wait in braid: the bytes ahead of it at the lane's
         // rate; of that, CoDel drains only the wait beyond the longest lane's delay.
         let sojourn = view.drain_time(0, view.srtt);
-        let excess = view.wait_beyond(longest);
+        let excess = view.wait_beyond(sojourn, longest);
         let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
             scheduler.unsent(flow);
             return self.count_drop(DropReason::NoLane);

@@ -216,14 +216,14 @@ impl LaneView {
         })
     }
 
-    /// How long a packet handed to the lane now waits beyond the path delay of the
-    /// longest lane of its colour, `longest_one_way` away (see [`longest_one_way`]): the
-    /// wait in braid's queue, at the lane's rate, less what the longer path would take
-    /// anyway. AFMT means to queue on a short lane as long as a longer lane takes more
-    /// (striping evens out the arrival of a flow's packets that way), so only this
-    /// excess is a queue for the lane's CoDel to drain and to bound.
-    pub fn wait_beyond(&self, longest_one_way: Duration) -> Duration {
-        let sojourn = self.drain_time(0, self.srtt);
+    /// How long a packet that waits `sojourn` in braid's queue for the lane (its
+    /// [`LaneView::drain_time`]) waits beyond the path delay of the longest lane of
+    /// its colour, `longest_one_way` away (see [`longest_one_way`]): less what the
+    /// longer path would take anyway. AFMT means to queue on a short lane as long as
+    /// a longer lane takes more (striping evens out the arrival of a flow's packets
+    /// that way), so only this excess is a queue for the lane's CoDel to drain and
+    /// to bound.
+    pub fn wait_beyond(&self, sojourn: Duration, longest_one_way: Duration) -> Duration {
         (self.min_srtt / 2 + sojourn).saturating_sub(longest_one_way)
     }
 
@@ -236,7 +236,8 @@ impl LaneView {
             Some(_) => aqm::MAX_SOJOURN,
             None => aqm::lane_max_sojourn(self.min_srtt),
         };
-        self.fill > self.max_datagram as u64 && self.wait_beyond(longest_one_way) > bound
+        self.fill > self.max_datagram as u64
+            && self.wait_beyond(self.drain_time(0, self.srtt), longest_one_way) > bound
     }
 
     /// The lane's window goes out in one or two bursts per round trip.
