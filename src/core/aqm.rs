@@ -50,6 +50,14 @@ pub fn lane_max_sojourn(min_rtt: Duration) -> Duration {
     (min_rtt / 2).clamp(MAX_SOJOURN * 3 / 5, MAX_SOJOURN)
 }
 
+/// A packet expected to wait `sojourn` in a queue holding `backlog` bytes is past
+/// the queue's `bound` and dropped at once ([`AqmDrop::TooLate`]); a queue holding
+/// at most one packet of `mtu` bytes never is. Striping asks it ahead of a lane's
+/// queue (`LaneView::past_bound`), to send the packet where it is not.
+pub fn past_bound(sojourn: Duration, bound: Duration, backlog: u64, mtu: u64) -> bool {
+    sojourn > bound && backlog > mtu
+}
+
 /// The longest interval of a shaper's queue.
 const MAX_SHAPER_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -228,7 +236,7 @@ impl CoDel {
         now: Instant,
         not_before: impl FnOnce() -> Instant,
     ) -> Option<AqmDrop> {
-        if sojourn > self.max_sojourn && backlog > mtu {
+        if past_bound(sojourn, self.max_sojourn, backlog, mtu) {
             Some(AqmDrop::TooLate)
         } else if self.should_drop(sojourn, backlog, mtu, now, not_before) {
             Some(AqmDrop::Standing)

@@ -1048,7 +1048,9 @@ impl DataPath {
                 LaneId(self.lanes.len() as u32 - 1)
             }
         };
-        let shaper = self.attach_shaper(site, up.uplink, up.colour, id, up.rate_kbps, now);
+        // Known, and so shaped, only if positive.
+        let rate_kbps = up.rate_kbps.filter(|&r| r > 0);
+        let shaper = self.attach_shaper(site, up.uplink, up.colour, id, rate_kbps, now);
         if let Some(Some(l)) = self.lanes.get_mut(id.0 as usize) {
             l.shaper = shaper;
         }
@@ -1059,8 +1061,7 @@ impl DataPath {
             at,
             LaneView {
                 rank: up.rank,
-                // Known, and so shaped, only if positive (`attach_shaper`).
-                rate_kbps: up.rate_kbps.filter(|&r| r > 0),
+                rate_kbps,
                 ..LaneView::new(id, up.colour)
             },
         );
@@ -1830,9 +1831,9 @@ impl DataPath {
         }
     }
 
-    /// Makes the lane of an uplink of known rate use the uplink's shaper (created at
-    /// its first lane), and sends what waits there for the lane's colour to this
-    /// lane from now on. A lane whose uplink has no rate (any longer) is not shaped,
+    /// Makes the lane of an uplink of known rate (`rate_kbps`, positive when known)
+    /// use the uplink's shaper (created at its first lane), and sends what waits
+    /// there for the lane's colour to this lane from now on. A lane whose uplink has no rate (any longer) is not shaped,
     /// but still receives what its shaper holds.
     fn attach_shaper(
         &mut self,
@@ -1843,7 +1844,6 @@ impl DataPath {
         rate_kbps: Option<u64>,
         now: Instant,
     ) -> Option<usize> {
-        let rate_kbps = rate_kbps.filter(|&r| r > 0);
         let existing = self
             .shapers
             .iter()

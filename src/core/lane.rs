@@ -236,8 +236,8 @@ impl LaneView {
             Some(_) => aqm::MAX_SOJOURN,
             None => aqm::lane_max_sojourn(self.min_srtt),
         };
-        self.fill > self.max_datagram as u64
-            && self.wait_beyond(self.drain_time(0, self.srtt), longest_one_way) > bound
+        let wait = self.wait_beyond(self.drain_time(0, self.srtt), longest_one_way);
+        aqm::past_bound(wait, bound, self.fill, self.max_datagram as u64)
     }
 
     /// The lane's window goes out in one or two bursts per round trip.
