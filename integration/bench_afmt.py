@@ -15,6 +15,13 @@ invocation, so their figures are comparable. Variants:
   1flow-60ms   the same with one-way delays 60, 60, 60 ms (equal, but long)
   mix     uplinks 16, 32, 50 Mbit/s; downloads wanting 20, 1 and 1 Mbit/s and one bulk
 
+The `sum-path` baseline is what perfect bonding would give: no tunnel, plain routing
+over one path whose rate is the uplinks' sum and whose one-way delay is the longest
+uplink's (a flow that uses every uplink cannot arrive sooner than over the slowest
+path), the background flow sharing that path. Its rows also print each round's share
+of the capacity left by its own background flow, which takes a different part of a
+path it shares with the downloads.
+
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
               [--algorithms afmt,round-robin,...] [--seconds 20] [--rounds 1] [--out bench-out]
               [--warm SECONDS]
@@ -68,6 +75,8 @@ VARIANTS = {
     "mix": {"rates": [16, 32, 50], "delays": [0, 0, 0], "demands": [20, 1, 1, None], "background": False},
 }
 ALGORITHMS = ["afmt", "afmt-flowlet", "round-robin", "weighted-round-robin", "min-rtt", "single"]
+# Baselines without braid: the fastest uplink alone, and one path of the uplinks' sum.
+PLAIN = ("no-tunnel", "sum-path")
 MIB = 1024 * 1024
 
 
@@ -159,22 +168,24 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         sys.exit(f"{label}: unknown option +{option} (the one known is +rates)")
     braid = os.path.abspath(binary) if binary else braid
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
+    # The background flow loads the 32 Mbit/s uplink, or the one path of sum-path.
+    bg = rates.index(32) + 1
+    if algorithm == "sum-path":
+        rates, delays, bg = [sum(rates)], [max(delays)], 1
     flows = VARIANTS[variant].get("flows", 3)
     with_background = VARIANTS[variant].get("background", True)
     name = "bafmt"
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
-               BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm != "no-tunnel" else "afmt",
+               BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm not in PLAIN else "afmt",
                KNOWN_RATES="1" if option == "rates" else "0")
     testbed("up", name, env)
     try:
-        if algorithm == "no-tunnel":
+        if algorithm in PLAIN:
             fastest = rates.index(max(rates)) + 1
             plain_route(name, fastest)
         else:
             testbed("start", name, env)
-        # The 32 Mbit/s uplink carries the background flow, exit -> entry like the
-        # downloads, outside the tunnel.
-        bg = rates.index(32) + 1
+        # The background flow runs exit -> entry like the downloads, outside the tunnel.
         bg_addr = f"198.19.{bg}.2"
         servers = [
             subprocess.Popen(inns(name, "sv", "iperf3", "-s", "-1", "-p", "5201"),
@@ -191,7 +202,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
             sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5202", "-R", "-t", str(warm), "-C", "cubic"))
             time.sleep(2)
         before = {}
-        if algorithm != "no-tunnel":
+        if algorithm not in PLAIN:
             before["reordered"] = metric(name, "en", 'braid_reordered_packets_total{site="site1"}')
             before["rx"] = metric(name, "en", "braid_lane_rx_packets_total")
             before["lanes"] = [lane_bytes(name, i) for i in range(1, len(rates) + 1)]
@@ -210,7 +221,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         t.start()
         uplinks, drops, done = [], [], threading.Event()
         sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks, drops))
-        if algorithm != "no-tunnel":
+        if algorithm not in PLAIN:
             sampler.start()
         demands = VARIANTS[variant].get("demands")
         if demands:
@@ -241,7 +252,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         if demands:
             row["flows"] = [{"demand_mbps": d, "mbps": r["end"]["sum_received"]["bits_per_second"] / 1e6}
                             for d, r in zip(demands, runs)]
-        if algorithm != "no-tunnel":
+        if algorithm not in PLAIN:
             reordered = metric(name, "en", 'braid_reordered_packets_total{site="site1"}') - before["reordered"]
             rx = metric(name, "en", "braid_lane_rx_packets_total") - before["rx"]
             row["reordered"] = reordered
@@ -331,6 +342,10 @@ def report(variant, rows, seconds):
         if len(r.get("rounds", [])) > 1:
             print(f"{'':22} every round, % of left: "
                   + " ".join(f"{100.0 * b / left:.1f}" if left else "-" for b in r["rounds"]))
+        if r["algorithm"].partition("@")[0] == "sum-path":
+            print(f"{'':22} every round, % of the capacity its own background flow left: "
+                  + " ".join(f"{100.0 * b / (capacity - g):.1f}"
+                             for b, g in zip(r.get("rounds", [r["bytes"]]), r.get("rounds_background", [r["background_bytes"]]))))
     for r in rows:
         if "flows" in r:
             demanded = ", ".join(f"{f['mbps']:.1f} of {f['demand_mbps'] or 'all'}" for f in r["flows"])
@@ -352,6 +367,8 @@ def report(variant, rows, seconds):
             print(f"AFMT / round-robin = {by['afmt'] / by['round-robin']:.2f}")
         if "no-tunnel" in by and by["no-tunnel"]:
             print(f"AFMT / single fastest path (no tunnel) = {by['afmt'] / by['no-tunnel']:.2f}")
+        if "sum-path" in by and by["sum-path"]:
+            print(f"AFMT / one path of the uplinks' sum (no tunnel) = {by['afmt'] / by['sum-path']:.2f}")
         print(f"AFMT / capacity left to the tunnel = {by['afmt'] / left:.2f}")
 
 
@@ -381,6 +398,7 @@ def main():
         for label in labels:
             ordered = sorted(runs[label], key=lambda r: r["bytes"])
             median = dict(ordered[len(ordered) // 2], rounds=[r["bytes"] for r in runs[label]],
+                          rounds_background=[r["background_bytes"] for r in runs[label]],
                           sender_rounds=[r["sender_tcp"] for r in runs[label]])
             rows.append(median)
         with open(os.path.join(a.out, f"{variant}.json"), "w") as f:

@@ -1728,6 +1728,7 @@ impl DataPath {
                     }
                 };
                 let mtu = view.max_datagram as u64;
+                lane.codel.fit_striped_paths(longest);
                 match lane.codel.verdict(excess, view.fill, mtu, now, not_before) {
                     Some(AqmDrop::TooLate) => Err(ShapeDrop::QueueFull),
                     Some(AqmDrop::Standing) => {
@@ -3643,6 +3644,65 @@ pub(crate) mod tests {
             assert_eq!(closer, flows > 1, "{flows} flows: {drops:?}");
             assert_eq!(e.dropped(DropReason::QueueFull), 0);
         }
+    }
+
+    /// One lane 10 ms away carries every packet (active/backup) at 5 MB/s, beside an
+    /// idle lane of round trip `far`, and its queue stands `standing` bytes deep for
+    /// a second. Answers the milliseconds of CoDel's drops.
+    fn drops_beside_a_far_lane(far: Duration, standing: u64) -> Vec<u64> {
+        let mut e = engine(Role::Entry, Algorithm::Single);
+        let mut up = |uplink, rank, srtt| {
+            let up = LaneUp {
+                site: "a",
+                uplink,
+                colour: Colour::Blue,
+                rank,
+                rate_kbps: None,
+            };
+            let id = e.handle_lane_up(up, at(0)).expect("site a");
+            let live = LaneSample {
+                srtt,
+                ..sample(1400, 1)
+            };
+            e.handle_lane_sample(id, live, at(0));
+            id
+        };
+        let near = up("near", 0, Duration::from_millis(20));
+        up("far", 1, far);
+        let packet = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        let d = RUN_LANE_DATAGRAM;
+        let (mut handed, mut dequeued, mut drops) = (0, 0, Vec::new());
+        for t in 1..1_000 {
+            let arriving = if t == 1 {
+                standing / d
+            } else {
+                t * 5_000 / d - (t - 1) * 5_000 / d
+            };
+            for _ in 0..arriving {
+                let before = e.dropped(DropReason::QueueDelay);
+                send(&mut e, &packet, at(t));
+                if e.dropped(DropReason::QueueDelay) > before {
+                    drops.push(t);
+                }
+            }
+            // The far lane carries only what opens its window.
+            handed += d * transmits(&mut e).iter().filter(|s| s.lane == near).count() as u64;
+            dequeued = handed.min(dequeued + 5_000);
+            e.handle_lane_dequeued(near, dequeued);
+        }
+        assert_eq!(e.dropped(DropReason::QueueFull), 0);
+        drops
+    }
+
+    #[test]
+    fn a_lane_queue_stands_longer_at_a_site_whose_longest_lane_is_far() {
+        // A queue that stands 7 ms beyond the site's longest lane: above CoDel's 5 ms
+        // where that lane is 25 ms away (22 ms queued, past the lane's own 10 ms),
+        // within the 8.5 ms of a site whose longest lane is 60 ms away (57 ms queued).
+        let ms = Duration::from_millis;
+        let dropped = drops_beside_a_far_lane(ms(50), 110_000);
+        assert!((50..=53).contains(&dropped[0]), "{dropped:?}");
+        assert_eq!(drops_beside_a_far_lane(ms(120), 285_000), Vec::<u64>::new());
     }
 
     #[test]
