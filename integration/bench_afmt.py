@@ -342,7 +342,7 @@ def report(variant, rows, seconds):
         if len(r.get("rounds", [])) > 1:
             print(f"{'':22} every round, % of left: "
                   + " ".join(f"{100.0 * b / left:.1f}" if left else "-" for b in r["rounds"]))
-        if r["algorithm"].partition("@")[0] == "sum-path":
+        if r["algorithm"].partition("@")[0] == "sum-path" and any(r.get("rounds_background", [])):
             print(f"{'':22} every round, % of the capacity its own background flow left: "
                   + " ".join(f"{100.0 * b / (capacity - g):.1f}"
                              for b, g in zip(r.get("rounds", [r["bytes"]]), r.get("rounds_background", [r["background_bytes"]]))))

@@ -31,11 +31,12 @@ pub const TARGET: Duration = Duration::from_millis(5);
 /// Why: the lanes' queues are the inner flows' bottleneck, and a standing queue is
 /// what keeps the uplinks busy while a flow whose window was cut grows it back.
 /// RFC 8289 sizes the target at 5 to 10 % of the flows' round trip; CoDel's 5 ms is
-/// 5 % of its 100 ms, but a fortieth of the 170 ms of three downloads striped over
-/// paths 10, 30 and 60 ms away, which then kept 90 % of what the uplinks left them
-/// while a background flow ran (README, "A lane's queue as long as its striped
-/// flows' round trip"). With 8.5 ms, 16 rounds of the AFMT paper's delay variant
-/// gave a mean of 85.4 % of the capacity left, against 83.3.
+/// 5 % of its 100 ms, but a twenty-sixth of the 130 ms round trip of three
+/// downloads striped over paths 10, 30 and 60 ms away. Each drop cut a tenth of
+/// what they sent, the queue drained long before CUBIC grew it back, and the
+/// uplinks idled. With 8.5 ms, 22 rounds of the AFMT paper's delay variant kept a
+/// mean of 85.2 % of the capacity left, against 83.0 (README, "A lane's queue as
+/// long as its striped flows' round trip").
 pub fn lane_target(longest_one_way: Duration) -> Duration {
     shaper_target(shaper_interval(longest_one_way))
 }
