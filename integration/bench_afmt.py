@@ -342,10 +342,10 @@ def report(variant, rows, seconds):
         if len(r.get("rounds", [])) > 1:
             print(f"{'':22} every round, % of left: "
                   + " ".join(f"{100.0 * b / left:.1f}" if left else "-" for b in r["rounds"]))
-        if r["algorithm"].partition("@")[0] == "sum-path" and any(r.get("rounds_background", [])):
+        own = zip(r.get("rounds", [r["bytes"]]), r.get("rounds_background", [r["background_bytes"]]))
+        if r["algorithm"] == "sum-path" and r["background_bytes"]:
             print(f"{'':22} every round, % of the capacity its own background flow left: "
-                  + " ".join(f"{100.0 * b / (capacity - g):.1f}"
-                             for b, g in zip(r.get("rounds", [r["bytes"]]), r.get("rounds_background", [r["background_bytes"]]))))
+                  + " ".join(f"{100.0 * b / (capacity - g):.1f}" for b, g in own))
     for r in rows:
         if "flows" in r:
             demanded = ", ".join(f"{f['mbps']:.1f} of {f['demand_mbps'] or 'all'}" for f in r["flows"])

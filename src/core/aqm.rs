@@ -40,6 +40,7 @@ pub const TARGET: Duration = Duration::from_millis(5);
 pub fn lane_target(longest_one_way: Duration) -> Duration {
     shaper_target(shaper_interval(longest_one_way))
 }
+
 /// How long the delay may stay above the target before packets are dropped: a worst
 /// case round trip of the inner flows, CoDel's default.
 pub const INTERVAL: Duration = Duration::from_millis(100);

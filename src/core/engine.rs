@@ -3538,6 +3538,19 @@ pub(crate) mod tests {
         let lanes: Vec<LaneId> = (0..count)
             .map(|i| lane_up(&mut e, "a", &format!("up{i}"), 1400, at(0)))
             .collect();
+        let (drops, sent) = drive_lanes(&mut e, &lanes, flows, ms, arriving);
+        (e, drops, sent)
+    }
+
+    /// The traffic of [`run_lanes`] through `lanes`, already up.
+    fn drive_lanes(
+        e: &mut DataPath,
+        lanes: &[LaneId],
+        flows: u16,
+        ms: u64,
+        arriving: impl Fn(u64) -> u64,
+    ) -> (Vec<(u64, u16)>, u64) {
+        let count = lanes.len();
         let packets: Vec<Vec<u8>> = (1..=flows)
             .map(|port| tcp_v4("198.18.0.2", port, "203.0.113.1", 80))
             .collect();
@@ -3548,13 +3561,13 @@ pub(crate) mod tests {
         for t in 1..ms {
             for _ in 0..arriving(t) {
                 let before = e.dropped(DropReason::QueueDelay);
-                send(&mut e, &packets[usize::from(next_flow)], at(t));
+                send(e, &packets[usize::from(next_flow)], at(t));
                 if e.dropped(DropReason::QueueDelay) > before {
                     drops.push((t, next_flow));
                 }
                 next_flow = (next_flow + 1) % flows;
             }
-            for sent in transmits(&mut e) {
+            for sent in transmits(e) {
                 let i = lanes.iter().position(|&l| l == sent.lane).expect("a lane");
                 handed[i] += datagram;
             }
@@ -3563,7 +3576,7 @@ pub(crate) mod tests {
                 e.handle_lane_dequeued(lane, dequeued[i]);
             }
         }
-        (e, drops, dequeued.iter().sum())
+        (drops, dequeued.iter().sum())
     }
 
     /// The datagram of [`run_lane`]'s packets.
@@ -3646,9 +3659,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// One lane 10 ms away carries every packet (active/backup) at 5 MB/s, beside an
-    /// idle lane of round trip `far`, and its queue stands `standing` bytes deep for
-    /// a second. Answers the milliseconds of CoDel's drops.
+    /// [`run_lane`]'s traffic over a lane 10 ms away that carries every packet
+    /// (active/backup), beside an idle lane of round trip `far`, its queue standing
+    /// `standing` bytes deep for a second. Answers the milliseconds of CoDel's drops.
     fn drops_beside_a_far_lane(far: Duration, standing: u64) -> Vec<u64> {
         let mut e = engine(Role::Entry, Algorithm::Single);
         let mut up = |uplink, rank, srtt| {
@@ -3667,37 +3680,24 @@ pub(crate) mod tests {
             e.handle_lane_sample(id, live, at(0));
             id
         };
-        let near = up("near", 0, Duration::from_millis(20));
-        up("far", 1, far);
-        let packet = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+        let lanes = [up("near", 0, Duration::from_millis(20)), up("far", 1, far)];
         let d = RUN_LANE_DATAGRAM;
-        let (mut handed, mut dequeued, mut drops) = (0, 0, Vec::new());
-        for t in 1..1_000 {
-            let arriving = if t == 1 {
+        let arriving = |t| {
+            if t == 1 {
                 standing / d
             } else {
                 t * 5_000 / d - (t - 1) * 5_000 / d
-            };
-            for _ in 0..arriving {
-                let before = e.dropped(DropReason::QueueDelay);
-                send(&mut e, &packet, at(t));
-                if e.dropped(DropReason::QueueDelay) > before {
-                    drops.push(t);
-                }
             }
-            // The far lane carries only what opens its window.
-            handed += d * transmits(&mut e).iter().filter(|s| s.lane == near).count() as u64;
-            dequeued = handed.min(dequeued + 5_000);
-            e.handle_lane_dequeued(near, dequeued);
-        }
+        };
+        let (drops, _) = drive_lanes(&mut e, &lanes, 1, 1_000, arriving);
         assert_eq!(e.dropped(DropReason::QueueFull), 0);
-        drops
+        drops.into_iter().map(|(t, _)| t).collect()
     }
 
     #[test]
     fn a_lane_queue_stands_longer_at_a_site_whose_longest_lane_is_far() {
         // A queue that stands 7 ms beyond the site's longest lane: above CoDel's 5 ms
-        // where that lane is 25 ms away (22 ms queued, past the lane's own 10 ms),
+        // where that lane is 25 ms away (22 ms queued on the lane 10 ms away),
         // within the 8.5 ms of a site whose longest lane is 60 ms away (57 ms queued).
         let ms = Duration::from_millis;
         let dropped = drops_beside_a_far_lane(ms(50), 110_000);
