@@ -32,9 +32,10 @@ pub const TARGET: Duration = Duration::from_millis(5);
 /// what keeps the uplinks busy while a flow whose window was cut grows it back.
 /// RFC 8289 sizes the target at 5 to 10 % of the flows' round trip; CoDel's 5 ms is
 /// 5 % of its 100 ms, but a twenty-sixth of the 130 ms round trip of three
-/// downloads striped over paths 10, 30 and 60 ms away. Each drop cut a tenth of
-/// what they sent, the queue drained long before CUBIC grew it back, and the
-/// uplinks idled. With 8.5 ms, 22 rounds of the AFMT paper's delay variant kept a
+/// downloads striped over paths 10, 30 and 60 ms away. Each drop cuts a tenth of
+/// what they send, and a 5 ms queue drains long before CUBIC grows it back, so the
+/// uplinks idle (inferred from the rates, not traced). With 8.5 ms, 22 rounds of
+/// the AFMT paper's delay variant kept a
 /// mean of 85.2 % of the capacity left, against 83.0 (README, "A lane's queue as
 /// long as its striped flows' round trip").
 pub fn lane_target(longest_one_way: Duration) -> Duration {

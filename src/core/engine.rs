@@ -3664,6 +3664,8 @@ pub(crate) mod tests {
     /// `standing` bytes deep for a second. Answers the milliseconds of CoDel's drops.
     fn drops_beside_a_far_lane(far: Duration, standing: u64) -> Vec<u64> {
         let mut e = engine(Role::Entry, Algorithm::Single);
+        // Ranked, as active/backup takes the lowest rank; the far lane reports its
+        // round trip from the start.
         let mut up = |uplink, rank, srtt| {
             let up = LaneUp {
                 site: "a",
