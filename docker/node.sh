@@ -60,7 +60,7 @@ router)
     # Both directions: the bottleneck is the WAN's, as with a real modem.
     for dev in a b; do bash /usr/lib/braid-testbed/uplink.sh shape "$dev" "${RATE_MBIT:-0}"; done
     LINKEMU=/usr/bin/braid-linkemu bash /usr/lib/braid-testbed/uplink.sh \
-        emulate a b "${DELAY_MS:-0}" "${LOSS_PCT:-0}" /proc/1/fd/1
+        emulate a b "${DELAY_MS:-0}" "${LOSS_PCT:-0}" /proc/1/fd/1 "${JITTER_MS:-0}" "${RATE_MBIT:-0}"
     echo "router $n: ${RATE_MBIT:-0} Mbit/s, ${DELAY_MS:-0} ms, ${LOSS_PCT:-0} % loss each way"
     exec sleep infinity
     ;;

@@ -15,10 +15,24 @@ invocation, so their figures are comparable. Variants:
   1flow-60ms   the same with one-way delays 60, 60, 60 ms (equal, but long)
   mix     uplinks 16, 32, 50 Mbit/s; downloads wanting 20, 1 and 1 Mbit/s and one bulk
 
+Uplinks as they really are (uplinks 16, 32, 50 Mbit/s, one-way delays 10, 20, 30 ms):
+the paper's experiment (`vary10`, ...) and one download alone (`1flow-vary10`, ...):
+
+  vary5, vary10, vary20   the 50 Mbit/s uplink's delay varies uniformly by +-5, +-10
+                          or +-20 ms around its 30, per packet and each way, the
+                          packets' order kept (as a modem's varying queue keeps it)
+  vary-all                every uplink's delay varies by +-10 ms (+-10 around 10 ms:
+                          0 to 20)
+  loss1                   the 50 Mbit/s uplink loses 1 % of packets each way, at random
+  steady                  the same uplinks, steady and clean (the variants' reference)
+
 The `sum-path` baseline is what perfect bonding would give: no tunnel, plain routing
 over one path whose rate is the uplinks' sum and whose one-way delay is the longest
 uplink's (a flow that uses every uplink cannot arrive sooner than over the slowest
-path), the background flow sharing that path. Its rows also print each round's share
+path), the background flow sharing that path. Where an uplink's delay varies, that
+path's varies by the most any uplink's does; where uplinks lose packets, it loses
+their rate-weighted mean. `no-tunnel` routes over the fastest uplink without braid,
+`uplink-N` over uplink N (`uplink-2` is the best clean uplink of `loss1`). Its rows also print each round's share
 of the capacity left by its own background flow, which takes a different part of a
 path it shares with the downloads.
 
@@ -74,9 +88,34 @@ VARIANTS = {
     # Flows of unequal demand (Mbit/s; None: as much as it gets): does each get it?
     "mix": {"rates": [16, 32, 50], "delays": [0, 0, 0], "demands": [20, 1, 1, None], "background": False},
 }
+# Uplinks as they really are: delays 10, 20, 30 ms, one of them varying (JITTER is the
+# uniform extra delay the emulator adds, so +-J around D is a delay of D - J plus up to
+# 2J) or losing packets at random.
+REAL = {
+    "steady": {},
+    "vary5": {"delays": [10, 20, 25], "jitters": [0, 0, 10]},
+    "vary10": {"delays": [10, 20, 20], "jitters": [0, 0, 20]},
+    "vary20": {"delays": [10, 20, 10], "jitters": [0, 0, 40]},
+    "vary-all": {"delays": [0, 10, 20], "jitters": [20, 20, 20]},
+    "loss1": {"losses": [0, 0, 1]},
+}
+for _name, _spec in REAL.items():
+    _base = {"rates": [16, 32, 50], "delays": [10, 20, 30], **_spec}
+    VARIANTS[_name] = _base
+    VARIANTS[f"1flow-{_name}"] = dict(_base, flows=1, background=False)
 ALGORITHMS = ["afmt", "afmt-flowlet", "round-robin", "weighted-round-robin", "min-rtt", "single"]
 # Baselines without braid: the fastest uplink alone, and one path of the uplinks' sum.
 PLAIN = ("no-tunnel", "sum-path")
+
+
+def plain(algorithm):
+    """For a baseline without braid, the uplink it is routed over (0: the fastest, or
+    sum-path's one); None for braid's algorithms."""
+    if algorithm in PLAIN:
+        return 0
+    if algorithm.startswith("uplink-") and algorithm[7:].isdigit():
+        return int(algorithm[7:])
+    return None
 MIB = 1024 * 1024
 
 
@@ -168,21 +207,24 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         sys.exit(f"{label}: unknown option +{option} (the one known is +rates)")
     braid = os.path.abspath(binary) if binary else braid
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
+    jitters = VARIANTS[variant].get("jitters", [0] * len(rates))
+    losses = VARIANTS[variant].get("losses", [0] * len(rates))
     # The background flow loads the 32 Mbit/s uplink, or the one path of sum-path.
     bg = rates.index(32) + 1
     if algorithm == "sum-path":
-        rates, delays, bg = [sum(rates)], [max(delays)], 1
+        loss = sum(r * l for r, l in zip(rates, losses)) / sum(rates)
+        rates, delays, jitters, losses, bg = [sum(rates)], [max(delays)], [max(jitters)], [round(loss, 3)], 1
     flows = VARIANTS[variant].get("flows", 3)
     with_background = VARIANTS[variant].get("background", True)
     name = "bafmt"
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
-               BRAID=braid, LINKEMU=linkemu, SCHEDULER=algorithm if algorithm not in PLAIN else "afmt",
+               JITTER=" ".join(map(str, jitters)), LOSS=" ".join(map(str, losses)), BRAID=braid, LINKEMU=linkemu,
+               SCHEDULER=algorithm if plain(algorithm) is None else "afmt",
                KNOWN_RATES="1" if option == "rates" else "0")
     testbed("up", name, env)
     try:
-        if algorithm in PLAIN:
-            fastest = rates.index(max(rates)) + 1
-            plain_route(name, fastest)
+        if plain(algorithm) is not None:
+            plain_route(name, plain(algorithm) or rates.index(max(rates)) + 1)
         else:
             testbed("start", name, env)
         # The background flow runs exit -> entry like the downloads, outside the tunnel.
@@ -202,7 +244,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
             sh(*inns(name, "cl", "iperf3", "-c", SERVER, "-p", "5202", "-R", "-t", str(warm), "-C", "cubic"))
             time.sleep(2)
         before = {}
-        if algorithm not in PLAIN:
+        if plain(algorithm) is None:
             before["reordered"] = metric(name, "en", 'braid_reordered_packets_total{site="site1"}')
             before["rx"] = metric(name, "en", "braid_lane_rx_packets_total")
             before["lanes"] = [lane_bytes(name, i) for i in range(1, len(rates) + 1)]
@@ -221,7 +263,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         t.start()
         uplinks, drops, done = [], [], threading.Event()
         sampler = threading.Thread(target=sample_uplinks, args=(name, len(rates), done, uplinks, drops))
-        if algorithm not in PLAIN:
+        if plain(algorithm) is None:
             sampler.start()
         demands = VARIANTS[variant].get("demands")
         if demands:
@@ -252,7 +294,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         if demands:
             row["flows"] = [{"demand_mbps": d, "mbps": r["end"]["sum_received"]["bits_per_second"] / 1e6}
                             for d, r in zip(demands, runs)]
-        if algorithm not in PLAIN:
+        if plain(algorithm) is None:
             reordered = metric(name, "en", 'braid_reordered_packets_total{site="site1"}') - before["reordered"]
             rx = metric(name, "en", "braid_lane_rx_packets_total") - before["rx"]
             row["reordered"] = reordered
@@ -327,7 +369,10 @@ def report(variant, rows, seconds):
     bg = max((r["background_bytes"] for r in rows
               if r["algorithm"].partition("@")[0].partition("+")[0] == "afmt"), default=0)
     left = capacity - bg
-    print(f"\n== {variant}: uplinks {rates} Mbit/s, delays {VARIANTS[variant]['delays']} ms, {seconds} s")
+    spec = VARIANTS[variant]
+    print(f"\n== {variant}: uplinks {rates} Mbit/s, delays {spec['delays']} ms"
+          + (f" + up to {spec['jitters']} ms (uniform)" if any(spec.get("jitters", [])) else "")
+          + (f", loss {spec['losses']} %" if any(spec.get("losses", [])) else "") + f", {seconds} s")
     print(f"capacity {capacity / MIB:.1f} MiB; background flow (AFMT run) {bg / MIB:.1f} MiB; "
           f"left to the tunnel {left / MIB:.1f} MiB")
     print(f"{'algorithm':22} {'MiB':>7} {'Mbit/s':>7} {'of left':>8} {'retrans':>8} {'reordered':>10} "
@@ -362,6 +407,16 @@ def report(variant, rows, seconds):
                   f"train {sum(1 for t in senders if t['TCPHystartTrainDetect'])}; "
                   "loss recoveries per round " + " ".join(str(t["TCPSackRecovery"]) for t in senders))
     by = {r["algorithm"]: r["bytes"] for r in rows}
+    alone = {a: b for a, b in by.items() if plain(a) is not None and a != "sum-path"}
+    if alone:
+        best, best_bytes = max(alone.items(), key=lambda kv: kv[1])
+        for r in rows:
+            if plain(r["algorithm"]) is None and best_bytes:
+                rounds = r.get("rounds", [r["bytes"]])
+                print(f"{r['algorithm']:22} / best uplink alone ({best}, median): "
+                      + " ".join(f"{b / best_bytes:.2f}" for b in rounds)
+                      + (f"; / sum-path: " + " ".join(f"{b / by['sum-path']:.2f}" for b in rounds)
+                         if by.get("sum-path") else ""))
     if "afmt" in by:
         if "round-robin" in by and by["round-robin"]:
             print(f"AFMT / round-robin = {by['afmt'] / by['round-robin']:.2f}")

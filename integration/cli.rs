@@ -351,3 +351,47 @@ fn shipped_example_configs_pass_check_config() {
     }
     std::fs::remove_dir_all(dir).expect("cleanup");
 }
+
+/// The testbed's uplinks use netem where the kernel has it: its command lines, which
+/// this kernel (without netem) cannot run, are checked as `uplink.sh` prints them.
+#[test]
+fn the_testbed_emulates_an_uplink_with_netem_keeping_the_packets_order() {
+    let script = repo().join("integration/uplink.sh");
+    let emulate = |args: &[&str]| {
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("emulate")
+            .args(args)
+            .envs([("UPLINK_DRY_RUN", "1"), ("LINK_EMULATOR", "netem")])
+            .output()
+            .expect("run uplink.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // 20 ms plus up to 20 (30 +- 10), 1 % loss, 50 Mbit/s with a 50 ms buffer.
+    let (lines, said) = emulate(&["a", "b", "20", "1", "/dev/null", "20", "50"]);
+    for dev in ["a", "b"] {
+        let line = format!(
+            "tc qdisc replace dev {dev} root netem limit 208 delay 30ms 10ms \
+             distribution uniform loss 1% rate 50mbit\n"
+        );
+        assert!(lines.contains(&line), "{lines}");
+    }
+    assert!(said.contains("by netem"), "{said}");
+    // Unshaped, jitter still keeps the order: a rate far above the testbed's.
+    let (lines, _) = emulate(&["a", "b", "0", "0", "/dev/null", "10", "0"]);
+    assert!(
+        lines.contains("delay 5ms 5ms distribution uniform loss 0% rate 10000mbit"),
+        "{lines}"
+    );
+    // Nothing to emulate: nothing run.
+    let (lines, _) = emulate(&["a", "b", "0", "0", "/dev/null", "0", "50"]);
+    assert_eq!(lines, "");
+}

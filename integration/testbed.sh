@@ -90,7 +90,7 @@ router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS [
     uplink "$r" shape b "$rate"
     uplink "$r" shape a "$rate"
     LINKEMU=${LINKEMU:-$(dirname "${BRAID:-$0}")/braid-linkemu} \
-        uplink "$r" emulate a b "$delay" "$loss" "$state/linkemu-$r.log" "$jitter"
+        uplink "$r" emulate a b "$delay" "$loss" "$state/linkemu-$r.log" "$jitter" "$rate"
 }
 
 site() { # site CLIENT ENTRY LAN_INDEX

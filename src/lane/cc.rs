@@ -1,5 +1,5 @@
 //! quinn's congestion-control interface around the core's [`LaneWindow`]: the lanes'
-//! delay-capped NewReno (see `core/lane_cc.rs` for why).
+//! delay-capped NewReno (see `core/lane_cc/` for why).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -96,10 +96,11 @@ impl Controller for LaneController {
         now: StdInstant,
         sent: StdInstant,
         is_persistent_congestion: bool,
-        _lost_bytes: u64,
+        lost_bytes: u64,
     ) {
         let (now, sent) = (self.at(now), self.at(sent));
-        self.window.on_loss(now, sent, is_persistent_congestion);
+        self.window
+            .on_loss(now, sent, lost_bytes, is_persistent_congestion);
     }
 
     fn on_mtu_update(&mut self, new_mtu: u16) {
