@@ -32,9 +32,9 @@ uplink's (a flow that uses every uplink cannot arrive sooner than over the slowe
 path), the background flow sharing that path. Where an uplink's delay varies, that
 path's varies by the most any uplink's does; where uplinks lose packets, it loses
 their rate-weighted mean. `no-tunnel` routes over the fastest uplink without braid,
-`uplink-N` over uplink N (`uplink-2` is the best clean uplink of `loss1`). Its rows also print each round's share
-of the capacity left by its own background flow, which takes a different part of a
-path it shares with the downloads.
+`uplink-N` over uplink N (`uplink-2` is the best clean uplink of `loss1`). The
+`sum-path` rows also print each round's share of the capacity left by its own
+background flow, which takes a different part of a path it shares with the downloads.
 
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
               [--algorithms afmt,round-robin,...] [--seconds 20] [--rounds 1] [--out bench-out]
@@ -116,6 +116,8 @@ def plain(algorithm):
     if algorithm.startswith("uplink-") and algorithm[7:].isdigit():
         return int(algorithm[7:])
     return None
+
+
 MIB = 1024 * 1024
 
 
@@ -207,6 +209,8 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
         sys.exit(f"{label}: unknown option +{option} (the one known is +rates)")
     braid = os.path.abspath(binary) if binary else braid
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
+    if not 0 <= (plain(algorithm) or 0) <= len(rates):
+        sys.exit(f"{label}: {variant} has uplinks 1 to {len(rates)}")
     jitters = VARIANTS[variant].get("jitters", [0] * len(rates))
     losses = VARIANTS[variant].get("losses", [0] * len(rates))
     # The background flow loads the 32 Mbit/s uplink, or the one path of sum-path.

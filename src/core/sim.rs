@@ -463,6 +463,27 @@ mod tests {
         ]
     }
 
+    /// A lane that never falls silent: Mbit/s, one-way delay and its variation (ms),
+    /// loss (per mille).
+    fn lane(mbit: u64, one_way_ms: u64, jitter_ms: u64, loss_per_mille: u64) -> LaneSpec {
+        LaneSpec {
+            rate_bps: mbit * 1_000_000,
+            one_way_ms,
+            jitter_ms,
+            loss_per_mille,
+            silent_from: None,
+        }
+    }
+
+    /// One flow sending evenly at `bps`.
+    fn one_even_flow(bps: u64) -> Bulk {
+        Bulk {
+            flows: 1,
+            flow_bps: bps,
+            bursty: false,
+        }
+    }
+
     /// Packets the exit's resequencer held longer than `bound` seconds, one of
     /// [`DELAY_BUCKETS`]' bounds.
     fn holds_beyond(out: &Outcome, bound: f64) -> u64 {
@@ -523,21 +544,9 @@ mod tests {
     fn one_flow_larger_than_any_lane_is_striped_over_all_and_arrives_in_order() {
         // 16, 32 and 50 Mbit/s with one-way delays of 10, 30 and 60 ms, 0.5 % loss on
         // the fastest; one even 80 Mbit/s flow.
-        let lane = |mbit: u64, ms, loss| LaneSpec {
-            rate_bps: mbit * 1_000_000,
-            one_way_ms: ms,
-            jitter_ms: 0,
-            loss_per_mille: loss,
-            silent_from: None,
-        };
-        let lanes = [lane(16, 10, 0), lane(32, 30, 0), lane(50, 60, 5)];
-        let bulk = Bulk {
-            flows: 1,
-            flow_bps: 80_000_000,
-            bursty: false,
-        };
+        let lanes = [lane(16, 10, 0, 0), lane(32, 30, 0, 0), lane(50, 60, 0, 5)];
         let seconds = 10;
-        let out = run(&lanes, bulk, seconds, 3);
+        let out = run(&lanes, one_even_flow(80_000_000), seconds, 3);
         // Every lane carries its part: the flow is striped, not confined to a lane.
         let bytes: Vec<u64> = out.lanes.iter().map(|l| l.1).collect();
         let total: u64 = bytes.iter().sum();
@@ -581,20 +590,8 @@ mod tests {
         // The testbed's `vary10` uplinks: 16, 32 and 50 Mbit/s, 10, 20 and 30 ms one
         // way, the fastest one's delay varying by +-10 ms per datagram (order kept);
         // one even 80 Mbit/s flow.
-        let lane = |mbit: u64, ms, jitter_ms| LaneSpec {
-            rate_bps: mbit * 1_000_000,
-            one_way_ms: ms,
-            jitter_ms,
-            loss_per_mille: 0,
-            silent_from: None,
-        };
-        let lanes = [lane(16, 10, 0), lane(32, 20, 0), lane(50, 20, 20)];
-        let bulk = Bulk {
-            flows: 1,
-            flow_bps: 80_000_000,
-            bursty: false,
-        };
-        let out = run(&lanes, bulk, 10, 5);
+        let lanes = [lane(16, 10, 0, 0), lane(32, 20, 0, 0), lane(50, 20, 20, 0)];
+        let out = run(&lanes, one_even_flow(80_000_000), 10, 5);
         // The varying lane carries its part.
         let bytes: Vec<u64> = out.lanes.iter().map(|l| l.1).collect();
         let total: u64 = bytes.iter().sum();

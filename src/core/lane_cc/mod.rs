@@ -684,7 +684,7 @@ mod tests {
     #[test]
     fn a_path_losing_one_percent_at_random_is_kept_full() {
         // The 50 Mbit/s uplink of the testbed's `loss1` variants: 30 ms one way, 1 %
-        // lost each way. Cut on every loss, the lane kept 3 % of it.
+        // lost each way. Cut on every loss, the lane kept under 5 % of it.
         let mut path = path_sim::Path::steady(50, 30);
         path.loss_per_mille = 10;
         for seed in [7, 8, 9] {

@@ -92,7 +92,7 @@ pub fn run(path: Path, seconds: u64, seed: u64) -> Outcome {
     let mut next_number = 0u64;
     let mut in_flight = 0u64;
     // Packets on their way to the bottleneck (arrival, number), at it (number), and
-    // acknowledgements on their way back (arrival, highest number, numbers).
+    // acknowledgements on their way back (arrival, the numbers they acknowledge).
     let mut to_bottleneck: VecDeque<(Instant, u64)> = VecDeque::new();
     let mut bottleneck: VecDeque<u64> = VecDeque::new();
     let mut bottleneck_free = Instant::ZERO;
