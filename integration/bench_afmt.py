@@ -45,6 +45,8 @@ so that two builds are measured side by side (e.g. afmt@old/braid,afmt@new/braid
 ALGORITHM+rates configures the entry with the uplinks' rates (`rate_up_kbps` and
 `rate_down_kbps`, which the exit learns from the hello): braid then shapes each uplink
 to its rate and starts its lanes' windows at it (e.g. afmt,afmt+rates).
+ALGORITHM+variation configures each uplink whose delay varies with that variation
+(`delay_variation_ms`), which its lanes' delay cap then allows (e.g. afmt,afmt+variation).
 With --rounds N every algorithm runs N times, the algorithms taking turns, and the
 table shows the run with the median goodput and the goodput of every round. With
 --warm S every run begins with one download of S seconds and a 2 s pause before it is
@@ -205,8 +207,8 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
     """One run of `label` (an algorithm, or ALGORITHM@BINARY) on `variant`."""
     algorithm, _, binary = label.partition("@")
     algorithm, _, option = algorithm.partition("+")
-    if option not in ("", "rates"):
-        sys.exit(f"{label}: unknown option +{option} (the one known is +rates)")
+    if option not in ("", "rates", "variation"):
+        sys.exit(f"{label}: unknown option +{option} (known: +rates, +variation)")
     braid = os.path.abspath(binary) if binary else braid
     rates, delays = VARIANTS[variant]["rates"], VARIANTS[variant]["delays"]
     if not 0 <= (plain(algorithm) or 0) <= len(rates):
@@ -224,7 +226,8 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
     env = dict(os.environ, RATES=" ".join(map(str, rates)), DELAYS=" ".join(map(str, delays)),
                JITTER=" ".join(map(str, jitters)), LOSS=" ".join(map(str, losses)), BRAID=braid, LINKEMU=linkemu,
                SCHEDULER=algorithm if plain(algorithm) is None else "afmt",
-               KNOWN_RATES="1" if option == "rates" else "0")
+               KNOWN_RATES="1" if option == "rates" else "0",
+               KNOWN_VARIATION="1" if option == "variation" else "0")
     testbed("up", name, env)
     try:
         if plain(algorithm) is not None:

@@ -192,6 +192,15 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
             "error: uplinks[1].name: \"b\" is used by another uplink",
         ),
         (
+            "entry",
+            ENTRY.replace(
+                "[[uplinks]]\nname = \"b\"",
+                "[[uplinks]]\nname = \"b\"\ndelay_variation_ms = 1500",
+            ),
+            vec![],
+            "error: uplinks[1].delay_variation_ms: must be at most 1000",
+        ),
+        (
             "exit",
             EXIT.replace("198.18.2.0/24", "198.18.0.0/16"),
             vec![],

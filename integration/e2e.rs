@@ -669,11 +669,12 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
                 colour: Colour::Blue,
                 down_kbps: None,
                 rank: 0,
+                delay_variation_ms: None,
             };
             let open = |tls, site: &'static str| {
                 let h = hello(site);
                 async move {
-                    let config = braid::lane::client::quic_config(tls, false, None)?;
+                    let config = braid::lane::client::quic_config(tls, false, Default::default())?;
                     braid::lane::client::open_lane(any, None, 0, exit, "exit", config, &h).await
                 }
             };
@@ -1091,7 +1092,8 @@ fn a_flood_of_handshakes_is_bounded_and_the_lanes_carry_on() {
             )
             .expect("endpoint");
             let tls = tls_client(&state, &state, "site1");
-            let config = braid::lane::client::quic_config(tls, false, None).expect("QUIC config");
+            let config = braid::lane::client::quic_config(tls, false, Default::default())
+                .expect("QUIC config");
             let mut held = Vec::new();
             let mut refused = 0;
             for _ in 0..MAX_HANDSHAKES + extra {
@@ -1535,9 +1537,10 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
                     colour: Colour::Blue,
                     down_kbps: None,
                     rank: 0,
+                    delay_variation_ms: None,
                 };
                 let opened = async {
-                    let config = braid::lane::client::quic_config(tls, false, None)?;
+                    let config = braid::lane::client::quic_config(tls, false, Default::default())?;
                     braid::lane::client::open_lane(any, None, 0, exit, "exit", config, &hello).await
                 };
                 opened.await.map(|_| ()).map_err(|e| format!("{e:#}"))

@@ -24,6 +24,8 @@
 #   SCHEDULER=afmt     scheduler.algorithm of both gateways
 #   KNOWN_RATES=1      configure site1's uplinks with their RATES (rate_up_kbps and
 #                      rate_down_kbps): braid shapes them and serves them with DSD
+#   KNOWN_VARIATION=1  configure site1's uplinks that have a JITTER with it as their
+#                      delay_variation_ms: their lanes' delay cap allows it
 #   ABE_SCHEDULER=dsd  abe.scheduler of both gateways (dsd or fifo)
 #   TUN_OFFLOAD=false  tun.offload of both gateways (a packet per TUN read and write);
 #                      unset, the key is left out (builds before it refuse it)
@@ -156,6 +158,9 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
             if [ "${KNOWN_RATES:-0}" = 1 ] && [ "$2" = site1 ] && [ "${rates[i - 1]:-0}" != 0 ]; then
                 echo "rate_up_kbps = $((rates[i - 1] * 1000))"
                 echo "rate_down_kbps = $((rates[i - 1] * 1000))"
+            fi
+            if [ "${KNOWN_VARIATION:-0}" = 1 ] && [ "$2" = site1 ] && [ "${jitters[i - 1]:-0}" != 0 ]; then
+                echo "delay_variation_ms = ${jitters[i - 1]}"
             fi
         done
     } >"$4"

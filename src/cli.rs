@@ -151,8 +151,12 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
                 e.site, e.exit_address, e.exit_name
             );
             for u in &e.uplinks {
+                let variation = u
+                    .delay_variation_ms
+                    .map(|v| format!(", delay varying by {v} ms"))
+                    .unwrap_or_default();
                 println!(
-                    "uplink {:?}: interface {}, peer {}, rate up {} / down {}",
+                    "uplink {:?}: interface {}, peer {}, rate up {} / down {}{variation}",
                     u.name,
                     u.interface,
                     u.peer.as_deref().unwrap_or(&e.exit_address),

@@ -18,6 +18,7 @@ use ipnet::IpNet;
 use crate::cert::TlsConfig;
 use crate::core::engine::SiteSpec;
 use crate::core::field_error::FieldError;
+use crate::core::lane_cc;
 use crate::core::sched::Algorithm;
 use crate::core::shaper::{AbeScheduler, AbeSettings};
 use crate::core::wire::check_name;
@@ -81,6 +82,9 @@ pub struct UplinkConfig {
     pub peer: Option<String>,
     pub rate_up_kbps: Option<u64>,
     pub rate_down_kbps: Option<u64>,
+    /// How much the uplink's one-way delay varies by itself, lowest to highest (ms):
+    /// the lanes' delay cap allows it (`core::lane_cc`).
+    pub delay_variation_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -351,6 +355,18 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
                 );
             }
         }
+        if u.delay_variation_ms
+            .is_some_and(|v| v > lane_cc::MAX_DELAY_VARIATION_MS)
+        {
+            return err(
+                at("delay_variation_ms"),
+                format!(
+                    "must be at most {} (ms, the one-way delay's spread from lowest \
+                     to highest)",
+                    lane_cc::MAX_DELAY_VARIATION_MS
+                ),
+            );
+        }
         uplinks.push(UplinkConfig {
             name: u.name.clone(),
             interface: u.interface.clone(),
@@ -358,6 +374,7 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
             peer: u.peer.clone(),
             rate_up_kbps: u.rate_up_kbps,
             rate_down_kbps: u.rate_down_kbps,
+            delay_variation_ms: u.delay_variation_ms.filter(|&v| v > 0),
         });
     }
     Ok(EntryConfig {

@@ -71,6 +71,7 @@ pub struct RawUplink {
     pub peer: Option<String>,
     pub rate_up_kbps: Option<u64>,
     pub rate_down_kbps: Option<u64>,
+    pub delay_variation_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

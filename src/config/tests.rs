@@ -39,6 +39,7 @@ fn default_tun_mtu_follows_the_uplink_family() {
         peer: peer.map(String::from),
         rate_up_kbps: None,
         rate_down_kbps: None,
+        delay_variation_ms: None,
     };
     let entry = |uplinks| {
         RoleConfig::Entry(EntryConfig {

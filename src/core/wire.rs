@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::lane::Colour;
+use super::lane_cc::MAX_DELAY_VARIATION_MS;
 
 /// ALPN protocol id of a braid lane.
 pub const ALPN: &[u8] = b"braid/1";
@@ -155,6 +156,11 @@ pub struct Hello {
     /// ranks the lanes as the entry does (the `single` scheduler).
     #[serde(default)]
     pub rank: u32,
+    /// How much the uplink's one-way delay varies by itself (ms), if declared: the
+    /// exit's lane lets its delay cap allow it. Left out when not declared, so that an
+    /// exit of a build before this field still accepts the hello.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_variation_ms: Option<u64>,
 }
 
 /// The exit's answer to a hello.
@@ -197,6 +203,14 @@ impl Hello {
         }
         check_name("site", &hello.site)?;
         check_name("uplink", &hello.uplink)?;
+        if let Some(v) = hello.delay_variation_ms
+            && v > MAX_DELAY_VARIATION_MS
+        {
+            return Err(WireError::Invalid {
+                field: "delay_variation_ms",
+                problem: format!("{v} ms is more than {MAX_DELAY_VARIATION_MS}"),
+            });
+        }
         Ok(hello)
     }
 }
@@ -251,8 +265,23 @@ mod tests {
             colour: Colour::Blue,
             down_kbps: Some(16_000),
             rank: 2,
+            delay_variation_ms: None,
         };
         assert_eq!(Hello::decode(&h.encode()).expect("valid"), h);
+        // Undeclared, the delay variation stays out of the hello: an exit of a build
+        // before it refuses unknown fields.
+        assert!(!String::from_utf8_lossy(&h.encode()).contains("delay_variation"));
+        let varying = Hello {
+            delay_variation_ms: Some(20),
+            ..h.clone()
+        };
+        assert_eq!(Hello::decode(&varying.encode()).expect("valid"), varying);
+        let wild = Hello {
+            delay_variation_ms: Some(5_000),
+            ..h
+        };
+        let e = Hello::decode(&wild.encode()).expect_err("a variation beyond a second");
+        assert!(e.to_string().contains("delay_variation_ms"), "{e}");
         let r = HelloReply::Refused {
             reason: "no".into(),
         };

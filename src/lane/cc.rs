@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant as StdInstant;
+use std::time::{Duration, Instant as StdInstant};
 
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 
@@ -14,37 +14,46 @@ use crate::core::time::Instant;
 /// Initial window: quinn's default (10 packets of 1200 bytes, at least 14 720 bytes).
 const INITIAL_WINDOW: u64 = 14_720;
 
-/// The rate of a lane's uplink in the lane's sending direction, once known. The
-/// entry knows it from its configuration before the lane opens, the exit only from
-/// the lane's hello, after the handshake: so it is shared with the lane's controller
-/// rather than given to it when quinn builds it.
+/// What the configuration says of a lane's uplink: its rate in the lane's sending
+/// direction and how much its delay varies by itself. The entry knows both from its
+/// configuration before the lane opens, the exit only from the lane's hello, after
+/// the handshake: so they are shared with the lane's controller rather than given to
+/// it when quinn builds it.
 #[derive(Debug, Default)]
-pub struct KnownRate {
+pub struct KnownUplink {
     /// Bytes per second; 0 while unknown.
     bytes_per_second: AtomicU64,
+    /// The one-way delay's variation, in microseconds; 0 while none is declared.
+    delay_variation_us: AtomicU64,
 }
 
-impl KnownRate {
-    pub fn new(kbps: Option<u64>) -> Arc<KnownRate> {
-        let rate = Arc::new(KnownRate::default());
-        rate.set(kbps);
-        rate
+impl KnownUplink {
+    pub fn new(kbps: Option<u64>, delay_variation_ms: Option<u64>) -> Arc<KnownUplink> {
+        let uplink = Arc::new(KnownUplink::default());
+        uplink.set(kbps, delay_variation_ms);
+        uplink
     }
 
-    pub fn set(&self, kbps: Option<u64>) {
+    pub fn set(&self, kbps: Option<u64>, delay_variation_ms: Option<u64>) {
         let bytes = kbps.unwrap_or(0).saturating_mul(1000 / 8);
         self.bytes_per_second.store(bytes, Ordering::Relaxed);
+        let micros = delay_variation_ms.unwrap_or(0).saturating_mul(1000);
+        self.delay_variation_us.store(micros, Ordering::Relaxed);
     }
 
-    fn get(&self) -> Option<u64> {
+    fn rate(&self) -> Option<u64> {
         Some(self.bytes_per_second.load(Ordering::Relaxed)).filter(|&b| b > 0)
+    }
+
+    fn delay_variation(&self) -> Duration {
+        Duration::from_micros(self.delay_variation_us.load(Ordering::Relaxed))
     }
 }
 
 /// Builds the [`LaneController`] of one lane's connection.
 #[derive(Debug, Default)]
 pub struct LaneControllerFactory {
-    pub rate: Arc<KnownRate>,
+    pub uplink: Arc<KnownUplink>,
 }
 
 impl ControllerFactory for LaneControllerFactory {
@@ -52,7 +61,8 @@ impl ControllerFactory for LaneControllerFactory {
         Box::new(LaneController {
             origin: now,
             window: LaneWindow::new(INITIAL_WINDOW, current_mtu, Instant::ZERO),
-            rate: Some(self.rate.clone()),
+            uplink: self.uplink.clone(),
+            started_at_rate: false,
         })
     }
 }
@@ -62,8 +72,9 @@ pub struct LaneController {
     /// quinn's instants are converted to the core's, counted from here.
     origin: StdInstant,
     window: LaneWindow,
-    /// The uplink's rate, until the window has started at it.
-    rate: Option<Arc<KnownRate>>,
+    uplink: Arc<KnownUplink>,
+    /// The window has started at the uplink's rate: once, when it becomes known.
+    started_at_rate: bool,
 }
 
 impl LaneController {
@@ -83,10 +94,14 @@ impl Controller for LaneController {
         rtt: &quinn_proto::RttEstimator,
     ) {
         let (now, sent) = (self.at(now), self.at(sent));
-        if let Some(rate) = self.rate.as_ref().and_then(|r| r.get()) {
+        if !self.started_at_rate
+            && let Some(rate) = self.uplink.rate()
+        {
             self.window.start_at_rate(rate, now, sent, rtt.min());
-            self.rate = None;
+            self.started_at_rate = true;
         }
+        self.window
+            .set_delay_variation(self.uplink.delay_variation());
         self.window
             .on_ack(now, sent, bytes, app_limited, rtt.get(), rtt.min());
     }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::cc::KnownRate;
+use super::cc::KnownUplink;
 use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::TlsMaterial;
@@ -215,6 +215,7 @@ impl Dialer {
             colour: self.colour,
             down_kbps: self.uplink.rate_down_kbps,
             rank: self.rank,
+            delay_variation_ms: self.uplink.delay_variation_ms,
         };
         let bind = SocketAddr::new(
             self.uplink.source.unwrap_or(if peer.is_ipv6() {
@@ -226,7 +227,8 @@ impl Dialer {
         );
         // Taken out of the watch before the handshake, which must not hold it.
         let tls = self.tls.borrow().clone();
-        let config = quic_config(tls, peer.is_ipv6(), self.uplink.rate_up_kbps)?;
+        let known = KnownUplink::new(self.uplink.rate_up_kbps, self.uplink.delay_variation_ms);
+        let config = quic_config(tls, peer.is_ipv6(), known)?;
         open_lane(
             bind,
             Some(&self.uplink.interface),
@@ -281,16 +283,16 @@ pub async fn open_lane(
 }
 
 /// A lane's QUIC configuration over an IPv6 path (`v6_path`) or an IPv4 one, for an
-/// uplink sending at `rate_kbps`, when known.
+/// uplink of what the configuration says (`uplink`).
 pub fn quic_config(
     tls: Arc<rustls::ClientConfig>,
     v6_path: bool,
-    rate_kbps: Option<u64>,
+    uplink: Arc<KnownUplink>,
 ) -> anyhow::Result<quinn::ClientConfig> {
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS configuration unusable for QUIC")?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    let transport = transport_config(v6_path, KnownRate::new(rate_kbps));
+    let transport = transport_config(v6_path, uplink);
     config.transport_config(Arc::new(transport));
     Ok(config)
 }

@@ -61,9 +61,10 @@ pub enum LaneEvent {
 /// QUIC transport settings of every lane. The path is assumed to carry 1500-byte IP
 /// packets, so the MTU is fixed at that size from the first packet: quinn's black-hole
 /// detection would otherwise fall back to 1200 bytes under heavy loss and refuse
-/// full-size datagrams for a minute (FIELD-NOTES). `rate` is the lane's uplink rate
-/// in its sending direction, which its congestion window starts at once known.
-pub fn transport_config(v6_path: bool, rate: Arc<cc::KnownRate>) -> quinn::TransportConfig {
+/// full-size datagrams for a minute (FIELD-NOTES). `uplink` is what the configuration
+/// says of the lane's uplink: the rate its congestion window starts at once known, and
+/// the delay variation its delay cap allows.
+pub fn transport_config(v6_path: bool, uplink: Arc<cc::KnownUplink>) -> quinn::TransportConfig {
     let udp_payload = if v6_path {
         UDP_PAYLOAD_V6
     } else {
@@ -87,7 +88,7 @@ pub fn transport_config(v6_path: bool, rate: Arc<cc::KnownRate>) -> quinn::Trans
         .max_concurrent_bidi_streams(1u8.into())
         .stream_receive_window(quinn::VarInt::from_u32(MAX_MESSAGE_LEN as u32))
         .receive_window(quinn::VarInt::from_u32(2 * MAX_MESSAGE_LEN as u32))
-        .congestion_controller_factory(Arc::new(cc::LaneControllerFactory { rate }));
+        .congestion_controller_factory(Arc::new(cc::LaneControllerFactory { uplink }));
     // Quick acknowledgements even when little flows, so that a path that died shows
     // within a few round trips (`engine::EXCHANGES_TO_STALL`).
     let mut acks = quinn::AckFrequencyConfig::default();
@@ -164,7 +165,7 @@ mod tests {
         let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
         let admission =
             server::Admission::new(["site1".to_string()].into(), &exit).expect("admission");
-        let server_config = admission.quic_config(false, cc::KnownRate::new(None));
+        let server_config = admission.quic_config(false, cc::KnownUplink::new(None, None));
         let marking = || Arc::new(Marking::Fixed(0));
         let server = endpoint(
             udp_socket(loopback, None).expect("socket"),
@@ -174,9 +175,12 @@ mod tests {
         .expect("server endpoint");
         let client = endpoint(udp_socket(loopback, None).expect("socket"), None, marking())
             .expect("client endpoint");
-        let client_config =
-            client::quic_config(client::tls_config(&site).expect("client TLS"), false, None)
-                .expect("client QUIC config");
+        let client_config = client::quic_config(
+            client::tls_config(&site).expect("client TLS"),
+            false,
+            cc::KnownUplink::new(None, None),
+        )
+        .expect("client QUIC config");
         let server_addr = server.local_addr().expect("bound");
         let connecting = client
             .connect_with(client_config, server_addr, "exit")

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::cc::KnownRate;
+use super::cc::KnownUplink;
 use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::{TlsMaterial, certificate_name};
@@ -46,11 +46,11 @@ impl Admission {
 
     /// The QUIC configuration for a peer over an IPv6 path (`v6_path`) or an IPv4 one
     /// (the path MTU differs: 1452 vs 1472 bytes of UDP payload, and an exit on `[::]`
-    /// serves both), whose lane's congestion window starts at `rate` once its hello
-    /// says it.
-    pub fn quic_config(&self, v6_path: bool, rate: Arc<KnownRate>) -> quinn::ServerConfig {
+    /// serves both), whose lane's congestion window follows what its hello says of the
+    /// uplink (`uplink`).
+    pub fn quic_config(&self, v6_path: bool, uplink: Arc<KnownUplink>) -> quinn::ServerConfig {
         let mut config = self.config.clone();
-        config.transport_config(Arc::new(transport_config(v6_path, rate)));
+        config.transport_config(Arc::new(transport_config(v6_path, uplink)));
         config
     }
 }
@@ -72,7 +72,7 @@ pub fn bind(
 ) -> anyhow::Result<Listener> {
     let default = admission
         .borrow()
-        .quic_config(listen.is_ipv6(), KnownRate::new(None));
+        .quic_config(listen.is_ipv6(), KnownUplink::new(None, None));
     // Handshakes and hellos, before a peer's colour is known, go out blue.
     let marking = Arc::new(Marking::per_peer(dscp.blue));
     let endpoint = endpoint(udp_socket(listen, None)?, Some(default), marking.clone())?;
@@ -128,13 +128,13 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
             IpAddr::V4(_) => true,
             IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
         };
-        // The lane's uplink rate is known once its hello is read, after the handshake.
-        let rate = KnownRate::new(None);
-        let config = admission.quic_config(!v4_peer, rate.clone());
+        // The lane's uplink is known once its hello is read, after the handshake.
+        let uplink = KnownUplink::new(None, None);
+        let config = admission.quic_config(!v4_peer, uplink.clone());
         let connecting = incoming.accept_with(Arc::new(config));
         let (marking, dscp) = (listener.marking.clone(), listener.dscp);
         handshakes.spawn(async move {
-            let event = match admit(connecting, &admission.sites, &rate).await {
+            let event = match admit(connecting, &admission.sites, &uplink).await {
                 Ok(lane) => {
                     mark_until_closed(&marking, &lane.conn, dscp.of(lane.colour));
                     LaneEvent::Up(lane)
@@ -166,11 +166,12 @@ fn mark_until_closed(marking: &Arc<Marking>, conn: &quinn::Connection, dscp: u8)
 }
 
 /// Handshake and hello of one peer; the hello says the rate of its uplink towards the
-/// site, if known, which the lane's congestion window then starts at.
+/// site, if known, which the lane's congestion window then starts at, and how much the
+/// uplink's delay varies, if declared.
 async fn admit(
     connecting: Result<quinn::Connecting, quinn::ConnectionError>,
     sites: &HashSet<String>,
-    rate: &KnownRate,
+    uplink: &KnownUplink,
 ) -> Result<NewLane, (DropReason, anyhow::Error)> {
     let refused = |e: anyhow::Error| (DropReason::Unauthenticated, e);
     let connecting = connecting
@@ -205,7 +206,7 @@ async fn admit(
     };
     match tokio::time::timeout(HELLO_TIMEOUT, result).await {
         Ok(Ok(hello)) => {
-            rate.set(hello.down_kbps);
+            uplink.set(hello.down_kbps, hello.delay_variation_ms);
             Ok(NewLane {
                 conn,
                 site: hello.site,

@@ -72,8 +72,15 @@ impl DelayLine {
 
 /// Runs a lane over `path` for `seconds` of virtual time.
 pub fn run(path: Path, seconds: u64, seed: u64) -> Outcome {
+    run_declaring(path, Duration::ZERO, seconds, seed)
+}
+
+/// Runs a lane over `path` whose uplink's configuration declares a delay variation
+/// of `spread` each way.
+pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> Outcome {
     let mut rng = Rng(seed | 1);
     let mut window = LaneWindow::new(14_720, MTU as u16, Instant::ZERO);
+    window.set_delay_variation(spread);
     let serialise = Duration::from_nanos(MTU * 8 * 1_000_000_000 / path.rate_bps);
     let buffer_packets = (path.buffer.as_nanos() / serialise.as_nanos()).max(1) as usize;
     let mut forward = DelayLine {
