@@ -4,7 +4,7 @@
 //! opens a bidirectional QUIC stream, writes one [`Hello`] as JSON and finishes the
 //! stream; the exit answers with one [`HelloReply`] as JSON and finishes its side.
 //! Messages longer than [`MAX_MESSAGE_LEN`] are refused. The protocol is described in
-//! `docs/PROTOCOL.md`.
+//! `docs/protocol.md`.
 
 use serde::{Deserialize, Serialize};
 
