@@ -1,4 +1,4 @@
-//! The check that keeps `src/core` pure (ARCHITECTURE.md, principle 6): every path in
+//! The check that keeps `src/core` pure (docs/architecture.md, rule 2): every path in
 //! every core file, `use` trees flattened, must start at the standard library, the
 //! core itself or a crate on the allow list below, and must not reach I/O, the clock,
 //! the environment, threads or a randomly seeded hash map. It reads tokens, not

@@ -1,4 +1,4 @@
-//! braid: a multipath tunnelling gateway. See README.md and ARCHITECTURE.md.
+//! braid: a multipath tunnelling gateway. See README.md and docs/architecture.md.
 //!
 //! `core` is pure (no I/O, no clock); everything else is the I/O shell around it.
 #![deny(unsafe_code)]

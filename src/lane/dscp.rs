@@ -2,7 +2,7 @@
 //!
 //! quinn-udp sends every packet with an `IP_TOS` / `IPV6_TCLASS` control message that
 //! holds only QUIC's two ECN bits, and on Linux that replaces the socket's TOS, DSCP
-//! included (FIELD-NOTES, "Outer DSCP"). So this socket does its own `sendmsg` with the
+//! included (docs/architecture.md, "Outer DSCP"). So this socket does its own `sendmsg` with the
 //! whole traffic class, `(dscp << 2) | ecn`, keeping quinn's segmentation offload (GSO)
 //! and source address (`IP_PKTINFO`); receiving, GRO and path MTU discovery stay
 //! quinn-udp's.
@@ -262,7 +262,7 @@ impl AsyncUdpSocket for DscpSocket {
     }
 
     fn may_fragment(&self) -> bool {
-        // Not delegating this silently disables path MTU discovery (FIELD-NOTES).
+        // Not delegating this silently disables path MTU discovery (docs/architecture.md).
         self.state.may_fragment()
     }
 

@@ -61,7 +61,7 @@ pub enum LaneEvent {
 /// QUIC transport settings of every lane. The path is assumed to carry 1500-byte IP
 /// packets, so the MTU is fixed at that size from the first packet: quinn's black-hole
 /// detection would otherwise fall back to 1200 bytes under heavy loss and refuse
-/// full-size datagrams for a minute (FIELD-NOTES). `uplink` is what the configuration
+/// full-size datagrams for a minute (docs/architecture.md). `uplink` is what the configuration
 /// says of the lane's uplink: the rate its congestion window starts at once known, and
 /// the delay variation its delay cap allows.
 pub fn transport_config(v6_path: bool, uplink: Arc<cc::KnownUplink>) -> quinn::TransportConfig {
