@@ -53,6 +53,9 @@ pub struct Outcome {
     pub mean_queue: Duration,
     /// Packets the bottleneck's buffer dropped.
     pub overflows: u64,
+    /// Packets the bottleneck's buffer dropped in the first half: slow start's
+    /// overshoot.
+    pub start_overflows: u64,
 }
 
 /// A delay line that keeps order: each packet leaves no earlier than the one before.
@@ -108,7 +111,8 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
     let (mut srtt, mut min_rtt) = (None::<Duration>, Duration::MAX);
     let half = Instant::ZERO + Duration::from_secs(seconds) / 2;
     let end = Instant::ZERO + Duration::from_secs(seconds);
-    let (mut delivered, mut queue_integral, mut overflows) = (0u64, 0u128, 0u64);
+    let (mut delivered, mut queue_integral) = (0u64, 0u128);
+    let (mut overflows, mut start_overflows) = (0u64, 0u64);
     let mut now = Instant::ZERO;
     let mut largest_acked = None::<u64>;
     let mut next_send = Instant::ZERO;
@@ -152,6 +156,7 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
             };
             if bottleneck.len() >= buffer_packets {
                 overflows += u64::from(now > half);
+                start_overflows += u64::from(now <= half);
                 continue;
             }
             if bottleneck.is_empty() {
@@ -221,5 +226,6 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
         utilisation: delivered as f64 * 8.0 / measured.as_secs_f64() / path.rate_bps as f64,
         mean_queue: Duration::from_nanos((queue_integral / measured.as_nanos()) as u64),
         overflows,
+        start_overflows,
     }
 }
