@@ -434,7 +434,7 @@ fn a_striped_download_over_lossy_uplinks_gets_its_lost_packets_sent_again() {
     // How many of the copies came in time is not asserted: over these short paths a
     // copy takes about three one-way delays, longer than the resequencer's 10 ms
     // base deadline, and three runs released 32, 73 and 153 packets at the deadline
-    // for 139, 143 and 147 reported (README, "Lost packets sent again").
+    // for 139, 143 and 147 reported (docs/design/failover.md).
     assert!(
         resent <= reported,
         "{resent} sent again for {reported} reported"

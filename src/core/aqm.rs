@@ -36,8 +36,7 @@ pub const TARGET: Duration = Duration::from_millis(5);
 /// what they send, and a 5 ms queue drains long before CUBIC grows it back, so the
 /// uplinks idle (inferred from the rates, not traced). With 8.5 ms, 22 rounds of
 /// the AFMT paper's delay variant kept a
-/// mean of 85.2 % of the capacity left, against 83.0 (README, "A lane's queue as
-/// long as its striped flows' round trip").
+/// mean of 85.2 % of the capacity left, against 83.0 (docs/design/lane-queues.md).
 pub fn lane_target(longest_one_way: Duration) -> Duration {
     shaper_target(shaper_interval(longest_one_way))
 }
@@ -47,8 +46,7 @@ pub fn lane_target(longest_one_way: Duration) -> Duration {
 pub const INTERVAL: Duration = Duration::from_millis(100);
 /// The interval of a lane's queue over a path of `min_rtt`: the path's round trip,
 /// the least the inner flows through it see, between half CoDel's default and its
-/// default. Measured with five downloads on a 10 Mbit/s uplink 10 ms away (README,
-/// "Queues that hold time"): at 100 ms the queue stood at 15–20 ms and a probe
+/// default. Measured with five downloads on a 10 Mbit/s uplink 10 ms away (docs/design/lane-queues.md): at 100 ms the queue stood at 15–20 ms and a probe
 /// beside the downloads waited 36–39 ms at p99; at 50 ms, with the lanes' 5 ms
 /// target, 25–30 ms, for the same goodput. Flows over a longer path need the longer interval to keep their windows.
 pub fn lane_interval(min_rtt: Duration) -> Duration {
@@ -65,7 +63,7 @@ pub const MAX_SOJOURN: Duration = Duration::from_millis(50);
 /// The bound of a lane's queue over a path of `min_rtt`: half the round trip, between
 /// 30 ms and [`MAX_SOJOURN`]. Flows over a short path refill a queue within a few
 /// of their round trips, and the probe beside five downloads waited 26–30 ms at p99
-/// with 50 ms here, 25–26 ms with 30 (README, "Queues that hold time").
+/// with 50 ms here, 25–26 ms with 30 (docs/design/lane-queues.md).
 pub fn lane_max_sojourn(min_rtt: Duration) -> Duration {
     (min_rtt / 2).clamp(MAX_SOJOURN * 3 / 5, MAX_SOJOURN)
 }

@@ -188,7 +188,7 @@ impl LaneView {
     /// half its round-trip time (the one-way delay) after braid's queue for it drains.
     /// A packet that finds the queue empty is counted as leaving at once: QUIC took
     /// every packet before it, so its window most likely has room (braid sees the
-    /// queue, not the bytes in flight; README, "What ends the inner flow's ramp").
+    /// queue, not the bytes in flight; docs/design/afmt-and-striping.md).
     /// Counting its own bytes at the window's rate made a lane with a small window look
     /// later than it is by a whole packet's share of its round trip (11 ms on a 60 ms
     /// path at QUIC's initial window), so that striped packets went to it only once the
@@ -206,7 +206,7 @@ impl LaneView {
     /// its first slow start a window of a few bursts leaves at once, its
     /// acknowledgements come back together a round trip later, and nothing leaves in
     /// between, so a packet that finds the window full may wait a whole round trip.
-    /// Traced (README, "Late on a lane that opens"): a striped packet put behind a
+    /// Traced (docs/design/afmt-and-striping.md): a striped packet put behind a
     /// full 18-23 kB window on a 120 ms lane left 60 ms later and arrived 33-46 ms
     /// after its [`LaneView::arrival`], past the resequencing deadline.
     pub fn latest_arrival(&self, len: usize, now: Instant) -> Option<Duration> {

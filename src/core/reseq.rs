@@ -54,8 +54,7 @@ const HOLD_WINDOW: Duration = Duration::from_secs(10);
 /// The least time the resequencer holds a packet whose predecessor is missing. With
 /// lanes that keep 5 ms of queue (`lane_cc/`), packets of one download arrive after
 /// their gap was given up, tens per give-up: it saw 0.31–0.39 % of its packets
-/// reordered over three 0 ms uplinks with 5 ms here, 0.20–0.43 % with 10 (README,
-/// "One flow, every uplink").
+/// reordered over three 0 ms uplinks with 5 ms here, 0.20–0.43 % with 10 (docs/design/resequencing.md).
 pub const RESEQ_MIN_DEADLINE: Duration = Duration::from_millis(10);
 
 /// The least a site's resequencer holds a packet: half the spread of its live lanes'

@@ -15,8 +15,7 @@
 //! The inner flow's RTT is at least the lane's, so a lane queue within it lets the
 //! inner TCP's slow start run to the capacity of every lane. A fixed 15 ms let one
 //! download over 0 ms paths leave slow start at about half the lanes' sum, and then
-//! grow at CUBIC's pace through a 20 ms RTT that braid's queues made (README, "One
-//! flow, every uplink").
+//! grow at CUBIC's pace through a 20 ms RTT that braid's queues made (docs/design/lane-congestion-control.md).
 //!
 //! A delay-based controller yields to loss-based cross traffic, which keeps the queue
 //! full whatever the lane does: in the testbed a lane next to one CUBIC flow fell to
@@ -229,7 +228,7 @@ impl LaneWindow {
         // acknowledgements: after slow start overshot, each round trip of that lag
         // cut the window again, down to its minimum, and the uplink idled while it
         // grew back (one download over 0 ms paths: 82.8 % of the uplinks' sum on
-        // average against 87.5 %; README, "A lane's window is no longer cut twice").
+        // average against 87.5 %; docs/design/lane-congestion-control.md).
         let rtt = srtt.min(sample);
         let queue = rtt.saturating_sub(min_rtt);
         // The queue was short if this acknowledgement's own round trip says so: the
@@ -239,7 +238,7 @@ impl LaneWindow {
         // path's jitter spreads round trips above that half, and a lane alone on its
         // uplink then took its own queue for someone else's within half a second and
         // filled the uplink's buffer as NewReno (a 10 ms path's SRTT swung between 25
-        // and 65 ms; README, "A lane alone on a jittery path keeps its delay cap").
+        // and 65 ms; docs/design/lane-congestion-control.md).
         if sample.saturating_sub(min_rtt) < target {
             self.calm_at = now;
         }
@@ -268,7 +267,7 @@ impl LaneWindow {
         // application-limited between striping's bursts. Each burst queued up to
         // 48 ms at the uplink, the entry held the other lanes' packets behind it,
         // and the download ran at 6-7 MiB/s for its first two seconds instead of
-        // 10.6 (README, "A lane's window that outgrew a short path").
+        // 10.6 (docs/design/lane-congestion-control.md).
         let overshoot = queue > target * 2;
         if sent <= self.recovery_start || app_limited && (competing || !overshoot) {
             return;
@@ -325,8 +324,7 @@ impl LaneWindow {
     /// Slow-starting from ten packets, lanes lag the inner flow's own slow start,
     /// which then queues in braid and leaves slow start on that rising round trip, far
     /// below the uplinks' capacity (one download over one-way delays of 10, 30 and
-    /// 60 ms: 67-69 % of the uplinks' sum against 41-42 % when this came; README, "One
-    /// download with the uplinks' rates configured"). Only in the first slow start: a
+    /// 60 ms: 67-69 % of the uplinks' sum against 41-42 % without it; docs/design/lane-congestion-control.md). Only in the first slow start: a
     /// window that has met congestion knows the path better.
     pub fn start_at_rate(&mut self, rate: u64, now: Instant, sent: Instant, min_rtt: Duration) {
         if self.ssthresh != u64::MAX {

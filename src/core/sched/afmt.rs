@@ -8,8 +8,7 @@
 //! the lowest weighted fill `(fill + len) * srtt / cwnd` wins. New flows, and flows
 //! whose lane went down, choose among all lanes that are up.
 //!
-//! Additions to the paper, each for a failure measured in the testbed (README, "AFMT
-//! status"):
+//! Additions to the paper, each for a failure measured in the testbed (docs/design/afmt-and-striping.md):
 //! - A lane's delay in the flowlet rule is its SRTT plus the time to drain what braid
 //!   has queued for it (`fill * srtt / cwnd`): a packet put behind a queue arrives that
 //!   much later, and a switch to an emptier lane could otherwise overtake it.
@@ -145,8 +144,7 @@ fn delay(l: &LaneView) -> Duration {
 /// AFMT paper's delay variant: as the background flow arrived on the 32 Mbit/s
 /// uplink, its lane's window fell from 211 to 72 kB within 300 ms, and the 16 Mbit/s
 /// lane 10 ms away, at its bound, dropped up to 52 packets of every download within
-/// 100 ms, while the 60 ms lane's queue stood about 17 ms deep (README, "Striped
-/// packets pass over a lane at its bound").
+/// 100 ms, while the 60 ms lane's queue stood about 17 ms deep (docs/design/afmt-and-striping.md).
 fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usize> {
     // With `bounded`, the longest lane's one-way delay, lanes within their bound come
     // first (`false` orders before `true`), then arrival decides.
