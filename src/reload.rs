@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig};
+use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig, TunConfig};
 use crate::core::engine::SiteSpec;
 
 /// The outcome of comparing the running configuration with a new one.
@@ -41,11 +41,16 @@ impl ReloadPlan {
     /// Compares `running` with `new`.
     pub fn new(running: &Config, new: &Config) -> ReloadPlan {
         let mut plan = ReloadPlan::default();
-        mark(
-            &mut plan.fixed,
-            new.tun.name != running.tun.name,
-            "tun.name",
-        );
+        // Every key of [tun] is named here: a new one must say what a reload does
+        // with it, or this stops compiling.
+        let TunConfig {
+            name,
+            addresses,
+            mtu,
+            routes: _, // applied at once, below
+            offload,
+        } = &new.tun;
+        mark(&mut plan.fixed, *name != running.tun.name, "tun.name");
         let listen_changed = new.admin.listen != running.admin.listen;
         mark(&mut plan.fixed, listen_changed, "admin.listen");
         match (&running.role, &new.role) {
@@ -84,9 +89,14 @@ impl ReloadPlan {
                 .copied()
                 .collect();
         }
-        let tun_changed =
-            new.tun.addresses != running.tun.addresses || new.tun.mtu != running.tun.mtu;
+        let tun_changed = *addresses != running.tun.addresses || *mtu != running.tun.mtu;
         mark(&mut plan.at_restart, tun_changed, "tun.address, tun.mtu");
+        // The TUN device's offloads are negotiated when it opens.
+        mark(
+            &mut plan.at_restart,
+            *offload != running.tun.offload,
+            "tun.offload",
+        );
         mark(&mut plan.at_restart, new.abe != running.abe, "abe");
         let token_changed = new.admin.token_file != running.admin.token_file;
         mark(&mut plan.at_restart, token_changed, "admin.token_file");
@@ -220,6 +230,18 @@ mod tests {
         assert_eq!(plan.fixed, ["tun.name"]);
         assert_eq!(plan.at_restart, ["tun.address, tun.mtu"]);
         assert_eq!((plan.scheduler.as_ref(), plan.sites.as_ref()), (None, None));
+        assert_eq!(plan.running_after(&running, &new), running);
+    }
+
+    #[test]
+    fn a_change_of_the_tun_offloads_is_named_for_the_next_restart() {
+        let dir = Dir::new();
+        let running = dir.exit("braid0", "");
+        let mut new = running.clone();
+        new.tun.offload = !running.tun.offload;
+        let plan = ReloadPlan::new(&running, &new);
+        assert_eq!(plan.at_restart, ["tun.offload"]);
+        assert!(plan.fixed.is_empty(), "{plan:?}");
         assert_eq!(plan.running_after(&running, &new), running);
     }
 

@@ -11,6 +11,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use super::cc::KnownUplink;
@@ -93,6 +94,9 @@ pub const MAX_HANDSHAKES: usize = 256;
 pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: CancellationToken) {
     let endpoint = &listener.endpoint;
     let mut handshakes = tokio::task::JoinSet::new();
+    // One task per admitted lane, until its connection closes: it ends the lane's
+    // DSCP marking.
+    let markings = TaskTracker::new();
     let clock = Clock::new();
     let mut rate = HandshakeLimit::new(HANDSHAKES_PER_SECOND, HANDSHAKE_BURST, clock.now());
     loop {
@@ -133,10 +137,17 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
         let config = admission.quic_config(!v4_peer, uplink.clone());
         let connecting = incoming.accept_with(Arc::new(config));
         let (marking, dscp) = (listener.marking.clone(), listener.dscp);
+        let markings = markings.clone();
         handshakes.spawn(async move {
             let event = match admit(connecting, &admission.sites, &uplink).await {
                 Ok(lane) => {
-                    mark_until_closed(&marking, &lane.conn, dscp.of(lane.colour));
+                    let conn = lane.conn.clone();
+                    marking.mark(
+                        conn.remote_address(),
+                        dscp.of(lane.colour),
+                        conn.stable_id(),
+                    );
+                    markings.spawn(unmark_when_closed(marking, conn));
                     LaneEvent::Up(lane)
                 }
                 Err((reason, e)) => {
@@ -152,17 +163,17 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
     }
     handshakes.shutdown().await;
     endpoint.close(0u32.into(), b"shutdown");
+    // Closing the endpoint closes every lane, which ends their markings.
+    markings.close();
+    markings.wait().await;
 }
 
-/// The lane's datagrams carry `dscp` from now on, until its connection closes.
-fn mark_until_closed(marking: &Arc<Marking>, conn: &quinn::Connection, dscp: u8) {
+/// The lane's datagrams, marked since it was admitted, are no longer once its
+/// connection closes.
+async fn unmark_when_closed(marking: Arc<Marking>, conn: quinn::Connection) {
     let (peer, id) = (conn.remote_address(), conn.stable_id());
-    marking.mark(peer, dscp, id);
-    let (marking, conn) = (marking.clone(), conn.clone());
-    tokio::spawn(async move {
-        conn.closed().await;
-        marking.unmark(peer, id);
-    });
+    conn.closed().await;
+    marking.unmark(peer, id);
 }
 
 /// Handshake and hello of one peer; the hello says the rate of its uplink towards the
