@@ -17,12 +17,23 @@ prints them with a summary.
 
 Verdict, each a failure on its own:
   - "panicked" in a gateway's log, or a gateway that exits without being told to;
-  - in a run of 10 minutes or more, the entry's RSS at the end more than 50 % and
-    30 MB above its median over the second fifth of the run (after warm-up: its
-    bounded buffers, quinn's and the resequencer's, fill in the first minutes), or
-    its file descriptors 20 above;
-  - the UDP probe silent for more than 3 s in either direction outside the first
-    8 s after an exit restart (the lanes reconnect then).
+  - the entry's RSS at the end more than 50 % and 30 MB above its median over the
+    second fifth of the run (after warm-up: its bounded buffers, quinn's and the
+    resequencer's, fill in the first minutes), or its file descriptors 20 above; in
+    a run shorter than 10 minutes, whose buffers are still filling, an RSS over
+    128 MB at the end (filled, they hold it at 60-65 MB over an hour; a leak of a
+    packet's worth per packet passes 128 MB within a minute at this load);
+  - the UDP probe silent for more than 3 s in either direction, from the run's start
+    to its end (a probe that stops arriving for good, or never arrives, is silent
+    until the end), less the first 8 s after each exit restart (the lanes reconnect
+    then);
+  - no lane up at the entry in a sample outside those 8 s (one uplink is always
+    clean), or not every lane up 20 s after the last uplink came back clean;
+  - no TCP download or no upload that ran its 10 s, or the runs' mean goodput under
+    2 Mbit/s (the uplinks carry 60; a gateway built for debugging reaches 10-20).
+
+--break-after S stops the exit for good S seconds in: the soak must then fail (how
+the verdict itself is checked).
 
 Usage (root): integration/soak.py --braid target/release/braid [--seconds 3600]
               [--restart-every 300] [--flap-every 5] [--seed 1] [--out bench-out]
@@ -55,9 +66,11 @@ SAMPLE_EVERY = 5
 # silent that long.
 RESTART_GRACE = 8.0
 MAX_SILENCE = 3.0
-# Shorter runs end before the gateways' bounded buffers have filled: growth is not
-# judged on them.
+# Shorter runs end before the gateways' bounded buffers have filled: their memory is
+# judged against a fixed bound.
 GROWTH_JUDGED_FROM = 600
+SHORT_RUN_MAX_RSS_MB = 128
+MIN_GOODPUT_MBPS = 2.0
 
 
 def now_ns():
@@ -145,15 +158,30 @@ def traffic(stop, goodput):
         reverse = not reverse
 
 
-def longest_silence(samples, windows):
-    """The longest time (s) between probe arrivals outside `windows` [(start, end) ns]."""
-    arrivals = sorted(s[1] + s[2] for s in samples)
+def longest_silence(samples, windows, start, end):
+    """The longest time (s) without a probe arriving between `start` and `end` (ns),
+    less what of it falls in `windows` [(from, to) ns]: the run's start and end count
+    as arrivals, so a probe that stops arriving is silent until the end."""
+    arrivals = sorted(a for a in (s[1] + s[2] for s in samples) if start < a < end)
+    points = [start] + arrivals + [end]
     worst = 0.0
-    for a, b in zip(arrivals, arrivals[1:]):
-        if any(start <= b and a <= end for start, end in windows):
-            continue
-        worst = max(worst, (b - a) / 1e9)
+    for a, b in zip(points, points[1:]):
+        excused = sum(max(0, min(b, to) - max(a, frm)) for frm, to in windows)
+        worst = max(worst, (b - a - excused) / 1e9)
     return worst
+
+
+def in_windows(t, windows):
+    return any(frm <= t <= to for frm, to in windows)
+
+
+def lanes_up():
+    """The entry's lanes up, from its metrics; None when they do not answer."""
+    try:
+        text = metrics_text(NAME, "en")
+    except RuntimeError:
+        return None
+    return len(re.findall(r'^braid_uplink_up\{site="site1"[^}]*\} 1$', text, re.M))
 
 
 def main():
@@ -165,6 +193,7 @@ def main():
     p.add_argument("--flap-every", type=float, default=5)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench-out")
+    p.add_argument("--break-after", type=float, help="stop the exit for good this many seconds in")
     args = p.parse_args()
     braid = os.path.abspath(args.braid)
     linkemu = args.linkemu or os.path.join(os.path.dirname(braid), "braid-linkemu")
@@ -192,6 +221,9 @@ def main():
             load = threading.Thread(target=traffic, args=(stop, goodput))
             load.start()
             start = time.monotonic()
+            # The probes' first packets are on their way within a second.
+            probe_start = now_ns() + int(1e9)
+            broken = False
             states = ["clean"] * UPLINKS
             next_flap = start + args.flap_every
             next_restart = start + args.restart_every * rng.uniform(0.5, 1.5)
@@ -208,22 +240,24 @@ def main():
                         states[i] = state
                         flaps += 1
                     next_flap = t + args.flap_every * rng.uniform(0.5, 1.5)
-                if t >= next_restart:
+                if args.break_after is not None and not broken and t - start >= args.break_after:
+                    os.kill(pid_of("exit"), signal.SIGTERM)
+                    broken = True
+                if t >= next_restart and not broken:
                     restart_exit(braid)
                     restarts.append(now_ns())
                     next_restart = t + args.restart_every * rng.uniform(0.5, 1.5)
                 if t >= next_sample:
-                    row = {"t": round(t - start, 1), "uplinks": list(states)}
+                    row = {"t": round(t - start, 1), "ns": now_ns(), "uplinks": list(states)}
                     for gateway in ("site1", "exit"):
                         pid = pid_of(gateway)
+                        if gateway == "exit" and broken:
+                            row[gateway] = {"rss_mb": 0.0, "fds": 0, "threads": 0}
+                            continue
                         if not alive(pid):
                             raise RuntimeError(f"{gateway} (pid {pid}) is gone at {row['t']} s")
                         row[gateway] = dict(zip(("rss_mb", "fds", "threads"), proc_sample(pid)))
-                    try:
-                        text = metrics_text(NAME, "en")
-                        row["uplinks_up"] = len(re.findall(r'^braid_uplink_up\{site="site1"[^}]*\} 1$', text, re.M))
-                    except RuntimeError:
-                        row["uplinks_up"] = None
+                    row["uplinks_up"] = lanes_up()
                     row["goodput_mbps"] = goodput[-1][2] if goodput else None
                     timeline.append(row)
                     print(f"{row['t']:7.1f} s  uplinks {' '.join(s[0] for s in states)}  up {row['uplinks_up']}  "
@@ -233,20 +267,30 @@ def main():
                           f"goodput {row['goodput_mbps'] or 0:.1f} Mbit/s", flush=True)
                     next_sample = t + SAMPLE_EVERY
                 time.sleep(0.1)
+            probe_end = now_ns() - int(0.5e9)
             if pid_of("site1") != entry_pid:
                 failures.append("the entry's pid changed")
             stop.set()
             for i in range(UPLINKS):
                 set_uplink(i + 1, "clean")
+            windows = [(r, r + int(RESTART_GRACE * 1e9)) for r in restarts]
+            for row in timeline:
+                if row["uplinks_up"] in (None, 0) and not in_windows(row["ns"], windows):
+                    failures.append(f"no lane up at the entry at {row['t']} s ({row['uplinks_up']})")
+                    break
+            deadline = time.monotonic() + 20
+            while (up := lanes_up()) != UPLINKS and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if up != UPLINKS:
+                failures.append(f"{up} of {UPLINKS} lanes up 20 s after every uplink came back clean")
             for proc in probes:
                 proc.wait()
             load.join()
             silence = {}
-            windows = [(r, r + int(RESTART_GRACE * 1e9)) for r in restarts]
             for direction in PROBE_PORTS:
                 with open(f"{tmp}/{direction}.json") as f:
                     data = json.load(f)
-                silence[direction] = longest_silence(data["samples"], windows)
+                silence[direction] = longest_silence(data["samples"], windows, probe_start, probe_end)
                 if silence[direction] > MAX_SILENCE:
                     failures.append(f"the {direction} probe was silent for {silence[direction]:.1f} s "
                                     f"(at most {MAX_SILENCE} s outside exit restarts)")
@@ -277,11 +321,22 @@ def main():
                             "fds_end": end["fds"], "threads_end": end["threads"]}
         summary["exit"] = {"rss_mb_end": timeline[-1]["exit"]["rss_mb"], "fds_end": timeline[-1]["exit"]["fds"]}
         if args.seconds >= GROWTH_JUDGED_FROM:
-            if end["rss_mb"] > base_rss * 1.5 and end["rss_mb"] > base_rss + 30:
-                failures.append(f"the entry's memory grew from {base_rss:.1f} to {end['rss_mb']:.1f} MB")
-            if end["fds"] > base_fds + 20:
-                failures.append(f"the entry's file descriptors grew from {base_fds:.0f} to {end['fds']}")
+            grew = end["rss_mb"] > base_rss * 1.5 and end["rss_mb"] > base_rss + 30
+        else:
+            grew = end["rss_mb"] > SHORT_RUN_MAX_RSS_MB
+        if grew:
+            failures.append(f"the entry's memory grew from {base_rss:.1f} to {end['rss_mb']:.1f} MB")
+        if end["fds"] > base_fds + 20:
+            failures.append(f"the entry's file descriptors grew from {base_fds:.0f} to {end['fds']}")
+    else:
+        failures.append(f"{len(timeline)} samples: too few to judge memory and file descriptors")
     measured = [g for _, _, g in goodput if g == g]
+    for direction in ("down", "up"):
+        if not any(d == direction and g == g for _, d, g in goodput):
+            failures.append(f"no TCP {direction}load ran its 10 s")
+    if measured and statistics.mean(measured) < MIN_GOODPUT_MBPS:
+        failures.append(f"TCP goodput {statistics.mean(measured):.1f} Mbit/s on average, "
+                        f"under {MIN_GOODPUT_MBPS}")
     summary["goodput_mbps_mean"] = statistics.mean(measured) if measured else 0.0
     summary["tcp_runs"] = len(goodput)
     summary["tcp_runs_cut_short"] = len(goodput) - len(measured)
