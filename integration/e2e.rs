@@ -258,17 +258,28 @@ fn download_intact(tb: &mut Testbed, port: &str, bytes: &str) -> (u64, f64) {
     (n, secs)
 }
 
+/// What one TCP transfer must get through braid over uplinks of 16, 32 and 50 Mbit/s:
+/// more than the best of them alone.
+const TCP_FLOOR_MBIT: f64 = 55.0;
+
 #[test]
 fn tcp_50mb_arrives_intact_in_each_direction() {
     let mut tb = Testbed::up("e2etcp", &[("RATES", "16 32 50")]);
     tb.start();
     let blob = tb.blob();
 
+    // The uplinks carry 98 Mbit/s and braid about 85 of it, a debug build too; under
+    // the floor it carries no more than its best uplink (50 Mbit/s) alone.
+    let floor = |what: &str, n: u64, secs: f64| {
+        let mbit = n as f64 * 8.0 / secs / 1e6;
+        println!("{what}: {n} bytes intact in {secs:.1} s = {mbit:.1} Mbit/s");
+        assert!(
+            mbit > TCP_FLOOR_MBIT,
+            "{what} at {mbit:.1} Mbit/s, under {TCP_FLOOR_MBIT}"
+        );
+    };
     let (n, secs) = download_intact(&mut tb, "5001", MB50);
-    println!(
-        "download: {n} bytes intact in {secs:.1} s = {:.1} Mbit/s",
-        n as f64 * 8.0 / secs / 1e6
-    );
+    floor("download", n, secs);
 
     let sink = tb.spawn(
         "sv",
@@ -280,10 +291,7 @@ fn tcp_50mb_arrives_intact_in_each_direction() {
     let (n, sha_up, secs) = digest(&got, "received");
     let (pushed_n, pushed_sha, _) = digest(&pushed, "sent");
     assert_eq!((n, sha_up), (pushed_n, pushed_sha), "upload corrupted");
-    println!(
-        "upload: {n} bytes intact in {secs:.1} s = {:.1} Mbit/s",
-        n as f64 * 8.0 / secs / 1e6
-    );
+    floor("upload", n, secs);
 
     // Both ways the sending gateway read the senders' TCP super-packets from its TUN
     // device and cut them, and the receiving one merged segments into super-packets
@@ -357,17 +365,19 @@ fn afmt_spreads_parallel_downloads_over_all_three_uplinks_without_reordering() {
         .filter(|l| l.contains("SUM") && (l.contains("sender") || l.contains("receiver")))
         .collect();
     println!("{}", summary.join("\n"));
-    for (i, bytes) in carried.iter().enumerate() {
+    for (i, (bytes, rate)) in carried.iter().zip([16.0, 32.0, 50.0]).enumerate() {
         let share = 100.0 * bytes / total;
         println!(
             "uplink {}: {:.1} MB, {share:.1} % of the bytes",
             i + 1,
             bytes / 1e6
         );
-        // Two of six flows on the 16 Mbit/s uplink give it about 16 %.
+        // Each uplink carries its rate's share (16, 33 and 51 %: measured 16.3,
+        // 32.7 and 51.0), within 40 % of it.
+        let fair = 100.0 * rate / 98.0;
         assert!(
-            share > 8.0,
-            "uplink {} carried only {share:.1} % of {total} bytes",
+            (0.6 * fair..1.4 * fair).contains(&share),
+            "uplink {} carried {share:.1} % of {total} bytes, its rate's share {fair:.1} %",
             i + 1
         );
     }
@@ -378,9 +388,10 @@ fn afmt_spreads_parallel_downloads_over_all_three_uplinks_without_reordering() {
     let (reordered, received) = (reordered(&tb) - reordered0, received(&tb) - received0);
     println!("reordered: {reordered} of {received} packets");
     assert!(received > 10_000.0, "only {received} packets arrived");
+    // Measured 0.03 %; the design's figure is 0.05-0.25 % (docs/benchmarks.md).
     assert!(
-        reordered * 100.0 < received,
-        "{reordered} of {received} packets arrived out of order"
+        reordered * 400.0 < received,
+        "{reordered} of {received} packets arrived out of order (0.25 % allowed)"
     );
 }
 
@@ -858,11 +869,11 @@ fn a_broken_uplink_is_avoided_within_a_tenth_of_a_second() {
     // Round-robin sends every third packet into the dead lane until braid sees that
     // its packets go unanswered: 60 ms and three packets on this short path. What
     // the lane was handed since shortly before it was last heard is then sent again
-    // over the others (measured: 0 pings lost in 3 runs; 7 before packets were sent
-    // again, 16 when a lane had to be silent for 400 ms).
+    // over the others (measured: 0 pings lost; 7 before packets were sent again, 16
+    // when a lane had to be silent for 400 ms). Two lost allow for a busy machine.
     println!("lost {lost} of 400 pings (10 ms apart) when an uplink broke");
     assert!(
-        lost <= 4,
+        lost <= 2,
         "{lost} pings lost: the broken lane was used for too long, or what it lost was \
          not sent again"
     );
@@ -922,7 +933,9 @@ fn lanes_come_back_when_the_exit_restarts() {
     let config = tb.path("exit.toml").display().to_string();
     let exit = tb.spawn("ex", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let started = std::time::Instant::now();
-    let back = (0..100).any(|_| {
+    // Measured 0.5 s (the redial's backoff starts at 200 ms); 2 s allow for a busy
+    // machine.
+    let back = (0..20).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
         (1..=3).all(|i| {
             tb.metric(
@@ -933,7 +946,7 @@ fn lanes_come_back_when_the_exit_restarts() {
     });
     assert!(
         back,
-        "the lanes did not come back within 10 s:\n{}",
+        "the lanes did not come back within 2 s:\n{}",
         tb.logs()
     );
     println!(
@@ -1056,9 +1069,10 @@ fn braid_demo_shows_three_uplinks_and_cleans_up() {
         .and_then(|t| t.split_whitespace().next())
         .and_then(|v| v.parse::<f64>().ok())
         .expect("a goodput figure");
+    // Three downloads over the demo's uplinks: more than the best of them alone.
     assert!(
-        last_total > 10.0,
-        "the demo's downloads ran at {last_total} Mbit/s"
+        last_total > TCP_FLOOR_MBIT,
+        "the demo's downloads ran at {last_total} Mbit/s, under {TCP_FLOOR_MBIT}"
     );
     let namespaces = std::process::Command::new("ip")
         .args(["netns", "list"])
@@ -1434,13 +1448,21 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
 
     // The log filter: at "warn" a reload's closing info line is no longer written;
     // back at the default it is again.
+    // Each reload is counted whatever the filter writes: the count, not a pause,
+    // says that the second one is over before its missing line is judged.
     let done = || tb.log("site1.log").matches("reload: done").count();
+    let applied = || tb.metric("en", "braid_config_reloads_total{result=\"applied\"}");
     std::fs::write(&config, format!("{original}[log]\nfilter = \"warn\"\n")).expect("write");
     let before = done();
-    hup();
-    std::thread::sleep(Duration::from_secs(1));
-    hup();
-    std::thread::sleep(Duration::from_secs(1));
+    for _ in 0..2 {
+        let reloads = applied();
+        hup();
+        assert!(
+            eventually(Duration::from_secs(5), || applied() > reloads),
+            "the reload was not applied: {}",
+            tb.log("site1.log")
+        );
+    }
     assert_eq!(done(), before, "{}", tb.log("site1.log"));
     std::fs::write(&config, &original).expect("restore");
     hup();
@@ -1851,6 +1873,18 @@ fn green_traffic_takes_the_blue_lanes_while_the_green_path_is_cut_and_comes_back
 }
 
 /// The average round trip of a ping run, in ms.
+/// The 99th percentile of a ping run's round trips (ms).
+fn p99_rtt_ms(out: &str) -> f64 {
+    let mut rtts: Vec<f64> = out
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(!rtts.is_empty(), "no ping replies: {out}");
+    rtts.sort_by(f64::total_cmp);
+    rtts[(rtts.len() * 99).div_ceil(100) - 1]
+}
+
 fn average_rtt_ms(out: &str) -> f64 {
     let line = out
         .lines()
@@ -1954,14 +1988,15 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
     tb.wait(server, Duration::from_secs(5));
     let (green_lost, blue_lost) = (lost_pings(&green), lost_pings(&blue));
     // Green loses what the downloads' AQM drops from flat best effort's queue, as
-    // blue does, and little more: measured 6-16 of 150 in 10 runs (blue 6-11). Before DSD's
+    // blue does, and little more: measured 6-16 of 150 (blue 6-11). Before DSD's
     // clock followed the uplink's late wake-ups, and blue had a packet's slack, the
     // acceptance test refused 30-100 % of them.
     assert!(
-        green_lost <= 30,
+        green_lost <= 20,
         "{green_lost} of 150 green pings lost (blue: {blue_lost})"
     );
     let (green_ms, blue_ms) = (average_rtt_ms(&green) - idle, average_rtt_ms(&blue) - idle);
+    let green_p99 = p99_rtt_ms(&green) - idle;
     let drops = bottleneck_drops(&tb, "r1", "a") - drops_before;
     let receiver = download
         .lines()
@@ -1969,7 +2004,8 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         .unwrap_or_default()
         .to_string();
     println!(
-        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms ({green_lost} of 150 lost), \
+        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms, p99 {green_p99:.1} ms \
+         ({green_lost} of 150 lost), \
          blue pings {blue_ms:.1} ms ({blue_lost} lost); the uplink's own queue dropped {drops} \
          packets; {receiver}"
     );
@@ -1979,8 +2015,12 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         drops <= 5,
         "the uplink's bottleneck dropped {drops} packets"
     );
-    // Green leaves the exit's shaper within 10 ms; blue waits behind the downloads.
-    assert!(green_ms < 10.0, "green pings {green_ms:.1} ms above idle");
+    // Green leaves the exit's shaper within 10 ms (measured: 3 ms at p99); blue waits
+    // behind the downloads.
+    assert!(
+        green_p99 < 10.0,
+        "green pings {green_p99:.1} ms above idle at p99"
+    );
     assert!(
         blue_ms > green_ms + 2.0,
         "blue {blue_ms:.1} ms, green {green_ms:.1} ms"
@@ -1990,6 +2030,9 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
             gateway,
             "braid_abe_green_bias{site=\"site1\",uplink=\"up1\"}",
         );
-        assert!((0.0..=1.0).contains(&g), "{gateway}: g = {g}");
+        // Green, a sliver of the traffic, keeps going first (measured 0.998): DSD
+        // lowers g only when green gets more than its share.
+        println!("{gateway}: g = {g}");
+        assert!(g > 0.9, "{gateway}: g = {g}");
     }
 }
