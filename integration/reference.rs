@@ -8,7 +8,7 @@
 //! that records every field; the commands and flags from `braid --help` of every
 //! subcommand; the endpoints from the admin router's match arms, each then asked
 //! over a live connection; the metrics from the registry's exposition after every
-//! family has a child, plus the names registered in `src/metrics.rs`.
+//! family has a child, plus the names registered in `src/control/metrics.rs`.
 //!
 //! The pages' side is their tables: a row's first cell, in backticks, names the key,
 //! flag, endpoint path (after the method) or metric.
@@ -391,7 +391,7 @@ fn every_command_and_flag_is_in_the_reference() {
 /// `METHOD /path` of every arm of the admin router (`(&Method::GET, ["v1", "sites",
 /// site, "pacing"])` is `GET /v1/sites/{site}/pacing`).
 fn endpoints_in_code() -> BTreeSet<String> {
-    let source = read("src/admin.rs");
+    let source = read("src/control/admin.rs");
     let mut found = BTreeSet::new();
     for arm in source.split("(&Method::").skip(1) {
         let method: String = arm.chars().take_while(char::is_ascii_uppercase).collect();
@@ -430,13 +430,17 @@ async fn every_endpoint_is_in_the_reference_and_answers() {
     // And the router routes each: no "no such resource", no 405.
     let (commands, _driver) = tokio::sync::mpsc::channel(1);
     let admin = Arc::new(
-        braid::admin::Admin::detached(vec!["site1".into()], None, commands).expect("admin"),
+        braid::control::admin::Admin::detached(vec!["site1".into()], None, commands)
+            .expect("admin"),
     );
     for endpoint in &documented {
         let (method, path) = endpoint.split_once(' ').expect("METHOD /path");
         let path = path.replace("{site}", "site1");
         let (mut client, server) = tokio::io::duplex(1 << 20);
-        let serving = tokio::spawn(braid::admin::serve_connection(server, admin.clone()));
+        let serving = tokio::spawn(braid::control::admin::serve_connection(
+            server,
+            admin.clone(),
+        ));
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let request = format!(
             "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -462,7 +466,7 @@ fn metrics_exposed() -> BTreeMap<String, (String, BTreeSet<String>)> {
         DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, Shard, SiteSpec,
     };
     use braid::core::lane::{Colour, LaneId};
-    let metrics = Arc::new(braid::metrics::Metrics::new().expect("metrics"));
+    let metrics = Arc::new(braid::control::metrics::Metrics::new().expect("metrics"));
     let engine = DataPath::new(EngineConfig {
         role: Role::Entry,
         sites: vec![SiteSpec {
@@ -481,7 +485,7 @@ fn metrics_exposed() -> BTreeMap<String, (String, BTreeSet<String>)> {
         shard: Shard::ONLY,
         warm_up_lanes: false,
     });
-    let mut export = braid::metrics::Export::new(metrics.clone(), &engine);
+    let mut export = braid::control::metrics::Export::new(metrics.clone(), &engine);
     export.lane_up(LaneId(0), "s", "u", Colour::Blue);
     export.copy(&engine);
     let _ = metrics.app("s", "a", "up");
@@ -520,10 +524,10 @@ fn metrics_exposed() -> BTreeMap<String, (String, BTreeSet<String>)> {
     families
 }
 
-/// The metric names `src/metrics.rs` registers: the name literal each constructor of
+/// The metric names `src/control/metrics.rs` registers: the name literal each constructor of
 /// a family is called with. This also finds families that have no child yet.
 fn metrics_registered() -> BTreeSet<String> {
-    let source = read("src/metrics.rs");
+    let source = read("src/control/metrics.rs");
     let constructors = [
         "Opts::new(",
         "IntCounter::new(",
@@ -569,7 +573,7 @@ fn every_metric_is_in_the_reference() {
         .collect();
     assert!(
         unseen.is_empty(),
-        "metrics the source scan of src/metrics.rs misses (teach metrics_registered its \
+        "metrics the source scan of src/control/metrics.rs misses (teach metrics_registered its \
          constructor): {unseen:?}"
     );
     let page = read("docs/metrics.md");

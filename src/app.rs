@@ -13,23 +13,24 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::admin::{self, Admin};
-use crate::app_stats::AppStats;
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{Config, RoleConfig};
+use crate::control::admin::{self, Admin};
+use crate::control::app_stats::AppStats;
+use crate::control::command::DriverCommand;
+use crate::control::metrics::Metrics;
+use crate::control::pacing_control::{self, PacingControl};
+use crate::control::status::StatusBoard;
 use crate::core::engine::{
     DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, Shard, SiteIdx, SiteSpec,
 };
 use crate::core::time::Instant;
 use crate::dispatch::{self, ThreadInputs};
-use crate::driver::{Driver, DriverCommand, DriverParts, ThreadLinks};
+use crate::driver::{Driver, DriverParts, ThreadLinks};
 use crate::lane::{self, LaneEvent, client::Dialers, dscp::ColourDscp, server::Admission};
-use crate::metrics::Metrics;
 use crate::notify::Notifier;
-use crate::pacing_control::{self, PacingControl};
 use crate::reload::{self, ReloadPlan};
-use crate::status::StatusBoard;
 use crate::tun::{self, Tun};
 
 /// How long lanes get to close after the data path stopped.

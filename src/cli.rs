@@ -104,16 +104,18 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
         Command::Demo { seconds, scheduler } => crate::demo::run(seconds, &scheduler),
-        Command::Status { admin, json, watch } => crate::admin_client::status(&admin, json, watch),
+        Command::Status { admin, json, watch } => {
+            crate::control::admin_client::status(&admin, json, watch)
+        }
         Command::Pacing(PacingCommand::Get { site, admin }) => {
-            crate::admin_client::get(&admin, site)
+            crate::control::admin_client::get(&admin, site)
         }
         Command::Pacing(PacingCommand::Put {
             file,
             site,
             admin,
             token_file,
-        }) => crate::admin_client::put(&admin, site, &file, token_file),
+        }) => crate::control::admin_client::put(&admin, site, &file, token_file),
         Command::Cert(CertCommand::Init { dir }) => crate::cert::init_ca(&dir)
             .map(|()| println!("wrote {0}/ca.pem and {0}/ca.key", dir.display())),
         Command::Cert(CertCommand::Issue { ca, name }) => crate::cert::issue(&ca, &name)

@@ -8,8 +8,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::control::command::DriverCommand;
 use crate::core::engine::{Shard, SiteIdx};
-use crate::driver::DriverCommand;
 use crate::lane::LaneEvent;
 
 /// Where one thread takes its lanes and commands.

@@ -21,24 +21,23 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::FutureExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::app_stats::AppStats;
 use crate::clock::Clock;
-use crate::config::SchedulerConfig;
-use crate::core::engine::{DataPath, LaneService, LaneUp, Shard, SiteIdx, SiteSpec};
+use crate::control::app_stats::AppStats;
+use crate::control::command::DriverCommand;
+use crate::control::metrics::{Export, Metrics, TunOffload};
+use crate::control::status::{StatusBoard, StatusBuilder};
+use crate::core::engine::{DataPath, LaneService, LaneUp, Shard};
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
-use crate::core::pacing_table::PacingTable;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
 use crate::lane::{LaneEvent, NewLane};
-use crate::metrics::{Export, Metrics, TunOffload};
 use crate::notify::Notifier;
-use crate::status::{StatusBoard, StatusBuilder};
 use crate::tun::Tun;
 use crate::tun_writer::{TunWriter, WriterGone};
 
@@ -150,22 +149,6 @@ impl ThreadLinks {
     fn first(&self) -> bool {
         self.shard.index == 0
     }
-}
-
-/// What the rest of the gateway asks of the data path.
-pub enum DriverCommand {
-    /// Replace a site's application table; `done` fires once packets are paced by it.
-    ApplyPacing {
-        site: SiteIdx,
-        table: PacingTable,
-        done: oneshot::Sender<()>,
-    },
-    /// Schedule with these settings from now on (a reload changed them).
-    Reschedule(SchedulerConfig),
-    /// Pace what no application matches at this rate (kbit/s) from now on.
-    DefaultRate(u64),
-    /// Serve exactly these sites from now on (an exit's reload changed them).
-    ServeSites(Vec<SiteSpec>),
 }
 
 /// Why the loop woke up.

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use braid::admin::{Admin, serve_connection};
+use braid::control::admin::{Admin, serve_connection};
 use braid::driver::DriverCommand;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::AsyncWriteExt;

@@ -24,10 +24,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::control::metrics::Metrics;
+use crate::control::pacing_control::{PacingControl, PutError};
+use crate::control::status::StatusBoard;
 use crate::core::pacing_table::PacingTable;
-use crate::metrics::Metrics;
-use crate::pacing_control::{PacingControl, PutError};
-use crate::status::StatusBoard;
 
 /// The largest request body taken: a table of 10,000 applications is about 2 MB.
 pub const MAX_BODY: usize = 16 << 20;
@@ -48,7 +48,7 @@ impl Admin {
     pub fn detached(
         sites: Vec<String>,
         token: Option<String>,
-        commands: tokio::sync::mpsc::Sender<crate::driver::DriverCommand>,
+        commands: tokio::sync::mpsc::Sender<crate::control::command::DriverCommand>,
     ) -> anyhow::Result<Admin> {
         Ok(Admin {
             metrics: Arc::new(Metrics::new()?),

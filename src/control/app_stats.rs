@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::control::metrics::{AppMetrics, Metrics};
 use crate::core::app_pacing::{AppCounters, AppPacing};
 use crate::core::engine::{DataPath, SiteIdx};
 use crate::core::pacing_table::{AppIdx, Direction};
 use crate::core::time::Instant;
-use crate::metrics::{AppMetrics, Metrics};
 
 /// What `GET /v1/sites/{site}/apps` answers.
 #[derive(Debug, Clone, Serialize, Default)]

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::app_stats::SiteReport;
+use crate::control::app_stats::SiteReport;
 use crate::core::engine::{DataPath, Role, SiteIdx};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
@@ -30,7 +30,7 @@ pub struct SiteStatus {
     pub site: String,
     pub lanes: Vec<LaneStatus>,
     /// The applications, as `GET /v1/sites/{site}/apps` reports them.
-    pub apps: Vec<crate::app_stats::AppReport>,
+    pub apps: Vec<crate::control::app_stats::AppReport>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -322,7 +322,7 @@ fn duration(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app_stats::AppReport;
+    use crate::control::app_stats::AppReport;
 
     fn status() -> Status {
         let lane = |uplink: &str, state: &str| LaneStatus {

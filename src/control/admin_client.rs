@@ -18,7 +18,7 @@ pub struct AdminClient {
 /// Where a token comes from: `--token-file`, else the `BRAID_ADMIN_TOKEN` variable.
 pub fn token(token_file: Option<&Path>) -> anyhow::Result<Option<String>> {
     if let Some(path) = token_file {
-        return crate::admin::read_token(path).map(Some);
+        return crate::control::admin::read_token(path).map(Some);
     }
     Ok(std::env::var("BRAID_ADMIN_TOKEN")
         .ok()
@@ -109,9 +109,9 @@ pub fn status(admin: &str, json: bool, watch: bool) -> anyhow::Result<()> {
             let text = if json {
                 body
             } else {
-                let document: crate::status::Status = serde_json::from_str(&body)
+                let document: crate::control::status::Status = serde_json::from_str(&body)
                     .with_context(|| format!("GET /v1/status: unexpected answer {body}"))?;
-                crate::status::table(&document)
+                crate::control::status::table(&document)
             };
             if !watch {
                 println!("{}", text.trim_end());

@@ -12,11 +12,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::driver::DriverCommand;
+use crate::control::command::DriverCommand;
 use anyhow::Context;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::app_stats::SiteReport;
+use crate::control::app_stats::SiteReport;
 use crate::core::engine::SiteIdx;
 use crate::core::pacing_table::PacingTable;
 

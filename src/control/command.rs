@@ -1,0 +1,25 @@
+//! What the rest of the gateway (the admin API, pacing control, reloads) asks of the
+//! data path's driver: its own module, so that the control plane does not import the
+//! driver.
+
+use tokio::sync::oneshot;
+
+use crate::config::SchedulerConfig;
+use crate::core::engine::{SiteIdx, SiteSpec};
+use crate::core::pacing_table::PacingTable;
+
+/// What the rest of the gateway asks of the data path.
+pub enum DriverCommand {
+    /// Replace a site's application table; `done` fires once packets are paced by it.
+    ApplyPacing {
+        site: SiteIdx,
+        table: PacingTable,
+        done: oneshot::Sender<()>,
+    },
+    /// Schedule with these settings from now on (a reload changed them).
+    Reschedule(SchedulerConfig),
+    /// Pace what no application matches at this rate (kbit/s) from now on.
+    DefaultRate(u64),
+    /// Serve exactly these sites from now on (an exit's reload changed them).
+    ServeSites(Vec<SiteSpec>),
+}
