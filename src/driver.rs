@@ -19,8 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures::FutureExt;
+use bytes::{BufMut, BytesMut};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -31,11 +30,12 @@ use crate::control::command::DriverCommand;
 use crate::control::metrics::{Export, Metrics, TunOffload};
 use crate::control::status::{StatusBoard, StatusBuilder};
 use crate::core::engine::{DataPath, LaneService, LaneUp, Shard};
-use crate::core::lane::{LaneId, LaneSample};
+use crate::core::lane::LaneId;
 use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
+use crate::core::wire::DATAGRAM_HEADER_LEN;
+use crate::lane::io::{LaneInput, LaneIo};
 use crate::lane::{LaneEvent, NewLane};
 use crate::notify::Notifier;
 use crate::tun::Tun;
@@ -48,67 +48,6 @@ const METRICS_INTERVAL: Duration = Duration::from_millis(100);
 /// How often per-application and lane rates are measured for `GET /v1/sites/{site}/apps`
 /// and `GET /v1/status`.
 const APP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
-
-/// What a lane's send task has done, for the engine's samples.
-#[derive(Default)]
-struct SendProgress {
-    /// Bytes that left the lane's queue (accepted by quinn, or discarded with the lane).
-    dequeued_bytes: AtomicU64,
-    sent_packets: AtomicU64,
-    sent_bytes: AtomicU64,
-    /// Datagrams quinn refused (too large for the path now).
-    refused: AtomicU64,
-    /// Datagrams lost with the connection.
-    abandoned: AtomicU64,
-}
-
-/// What lane receive tasks send to the driver.
-enum LaneInput {
-    /// The datagrams quinn had ready for the lane, in order (at most [`BATCH`]): one
-    /// message per batch, so that the driver takes them in one wake-up, and the TUN
-    /// device gets their TCP segments merged.
-    Datagrams(LaneId, Vec<Bytes>),
-    Closed(LaneId),
-}
-
-struct LaneIo {
-    conn: quinn::Connection,
-    queue: mpsc::UnboundedSender<Bytes>,
-    progress: Arc<SendProgress>,
-    /// quinn's datagram send space while nothing is queued: less than its buffer by
-    /// quinn's own bookkeeping.
-    empty_send_space: usize,
-}
-
-impl LaneIo {
-    /// Reads the lane's state from quinn (each accessor takes quinn's connection lock).
-    fn sample(&self) -> LaneSample {
-        let stats = self.conn.stats();
-        let p = &self.progress;
-        LaneSample {
-            srtt: stats.path.rtt,
-            cwnd: stats.path.cwnd,
-            max_datagram: self
-                .conn
-                .max_datagram_size()
-                .map_or(0, |m| m.saturating_sub(DATAGRAM_HEADER_LEN)),
-            closed: self.conn.close_reason().is_some(),
-            rx_datagrams: stats.udp_rx.datagrams,
-            lost_packets: stats.path.lost_packets,
-            quinn_queued_bytes: self
-                .empty_send_space
-                .saturating_sub(self.conn.datagram_send_buffer_space())
-                as u64,
-            dequeued_bytes: p.dequeued_bytes.load(Ordering::Relaxed),
-            sent_packets: p.sent_packets.load(Ordering::Relaxed),
-            sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
-            transmitted_datagrams: stats.frame_tx.datagram,
-            sent_pings: stats.frame_tx.ping,
-            refused_datagrams: p.refused.load(Ordering::Relaxed),
-            abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// Packets read from the TUN device by one data-path thread for another's sites.
 pub type Handoff = Vec<BytesMut>;
@@ -409,7 +348,7 @@ impl Driver {
                 .lanes
                 .get(transmit.lane.0 as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|io| io.queue.send(transmit.datagram).is_ok());
+                .is_some_and(|io| io.send(transmit.datagram));
             if !sent {
                 self.engine.handle_lane_gone();
             }
@@ -419,7 +358,7 @@ impl Driver {
         }
         while let Some((lane, why)) = self.engine.poll_lane_close() {
             if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
-                io.conn.close(0u32.into(), why.reason());
+                io.close(why.reason());
             }
         }
         while let Some((lane, service)) = self.engine.poll_lane_service() {
@@ -574,27 +513,16 @@ impl Driver {
             conn.close(1u32.into(), b"unknown site");
             return;
         };
-        let progress = Arc::new(SendProgress::default());
-        let (queue, queue_rx) = mpsc::unbounded_channel();
-        self.lane_tasks
-            .spawn(send_loop(conn.clone(), queue_rx, progress.clone()));
-        self.lane_tasks
-            .spawn(receive_loop(id, conn.clone(), self.input_tx.clone()));
+        let io = LaneIo::start(id, conn, &mut self.lane_tasks, self.input_tx.clone());
         info!(
             lane = %id,
             site,
             uplink,
             colour = colour.as_str(),
-            peer = %conn.remote_address(),
+            peer = %io.conn.remote_address(),
             "lane added"
         );
         self.export.lane_up(id, &site, &uplink, colour);
-        let io = LaneIo {
-            empty_send_space: conn.datagram_send_buffer_space(),
-            conn,
-            queue,
-            progress,
-        };
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
@@ -683,8 +611,8 @@ impl Driver {
     fn pass_dequeued(&mut self) {
         for (i, io) in self.lanes.iter().enumerate() {
             if let Some(io) = io {
-                let dequeued = io.progress.dequeued_bytes.load(Ordering::Relaxed);
-                self.engine.handle_lane_dequeued(LaneId(i as u32), dequeued);
+                self.engine
+                    .handle_lane_dequeued(LaneId(i as u32), io.dequeued_bytes());
             }
         }
     }
@@ -730,59 +658,4 @@ impl Driver {
             }
         }
     }
-}
-
-async fn send_loop(
-    conn: quinn::Connection,
-    mut queue: mpsc::UnboundedReceiver<Bytes>,
-    progress: Arc<SendProgress>,
-) {
-    while let Some(datagram) = queue.recv().await {
-        let len = datagram.len() as u64;
-        let probe = is_probe(&datagram);
-        let sent = conn.send_datagram_wait(datagram).await;
-        progress.dequeued_bytes.fetch_add(len, Ordering::Relaxed);
-        match sent {
-            // Counted as the lane's inner packets: not probes, which carry none.
-            Ok(()) if probe => {}
-            Ok(()) => {
-                progress.sent_packets.fetch_add(1, Ordering::Relaxed);
-                progress.sent_bytes.fetch_add(len, Ordering::Relaxed);
-            }
-            Err(quinn::SendDatagramError::ConnectionLost(_)) => {
-                progress.abandoned.fetch_add(1, Ordering::Relaxed);
-                break;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "quinn refused a datagram");
-                progress.refused.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    // Whatever is still queued is lost with the lane; it leaves the queue all the same.
-    queue.close();
-    while let Ok(datagram) = queue.try_recv() {
-        progress
-            .dequeued_bytes
-            .fetch_add(datagram.len() as u64, Ordering::Relaxed);
-        progress.abandoned.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-async fn receive_loop(id: LaneId, conn: quinn::Connection, input: mpsc::Sender<LaneInput>) {
-    while let Ok(first) = conn.read_datagram().await {
-        let mut batch = Vec::with_capacity(BATCH);
-        batch.push(first);
-        // Whatever else quinn has ready goes with it, without waiting for more.
-        while batch.len() < BATCH {
-            match conn.read_datagram().now_or_never() {
-                Some(Ok(datagram)) => batch.push(datagram),
-                _ => break,
-            }
-        }
-        if input.send(LaneInput::Datagrams(id, batch)).await.is_err() {
-            return;
-        }
-    }
-    let _ = input.send(LaneInput::Closed(id)).await;
 }

@@ -8,6 +8,7 @@
 pub mod cc;
 pub mod client;
 pub mod dscp;
+pub mod io;
 pub mod server;
 
 use std::net::SocketAddr;
