@@ -11,12 +11,9 @@
 
 use std::time::Duration;
 
-use braid::core::engine::{
-    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, LaneUp, Role, Shard, SiteIdx, SiteSpec,
-};
+use braid::core::engine::{DataPath, EngineConfig, LaneUp, Role, SiteIdx, SiteSpec};
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::sched::Algorithm;
-use braid::core::shaper::AbeSettings;
 use braid::core::time::Instant;
 use braid::core::wire::DATAGRAM_HEADER_LEN;
 use bytes::BytesMut;
@@ -28,25 +25,21 @@ fn engine(role: Role) -> DataPath {
         Role::Entry => Vec::new(),
         Role::Exit => vec!["198.18.1.0/24".parse().expect("prefix")],
     };
-    DataPath::new(EngineConfig {
-        role,
-        sites: vec![SiteSpec {
-            id: "site1".into(),
-            prefixes,
-        }],
-        tun_mtu: 1426,
-        algorithm: Algorithm::Afmt,
-        flow_idle_timeout: Duration::from_secs(30),
-        max_flows: 4096,
-        default_rate_kbps: None,
-        lane_stall: LANE_STALL,
-        lane_queue_limit: LANE_QUEUE_LIMIT,
-        green_inner_dscp: vec![46],
-        abe: AbeSettings::default(),
-        shard: Shard::ONLY,
-        // Only the packets measured cross the lanes.
-        warm_up_lanes: false,
-    })
+    DataPath::new(
+        EngineConfig::builder()
+            .role(role)
+            .sites(vec![SiteSpec {
+                id: "site1".into(),
+                prefixes,
+            }])
+            .tun_mtu(1426)
+            .algorithm(Algorithm::Afmt)
+            .flow_idle_timeout(Duration::from_secs(30))
+            .max_flows(4096)
+            // Only the packets measured cross the lanes.
+            .warm_up_lanes(false)
+            .build(),
+    )
 }
 
 /// The blue lanes of every uplink, up at time zero.

@@ -260,21 +260,21 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
 
 /// What a data-path thread's engine is built from.
 fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) -> EngineConfig {
-    EngineConfig {
-        role,
-        sites: sites.to_vec(),
-        tun_mtu: config.tun.mtu as usize,
-        algorithm: config.scheduler.algorithm,
-        flow_idle_timeout: config.scheduler.flow_idle_timeout,
-        max_flows: config.scheduler.max_flows,
-        default_rate_kbps: Some(config.pacing.default_rate_kbps),
-        lane_stall: LANE_STALL,
-        lane_queue_limit: LANE_QUEUE_LIMIT,
-        green_inner_dscp: config.abe.green_inner_dscp.clone(),
-        abe: config.abe.queues,
-        shard,
-        warm_up_lanes: true,
-    }
+    EngineConfig::builder()
+        .role(role)
+        .sites(sites.to_vec())
+        .tun_mtu(config.tun.mtu as usize)
+        .algorithm(config.scheduler.algorithm)
+        .flow_idle_timeout(config.scheduler.flow_idle_timeout)
+        .max_flows(config.scheduler.max_flows)
+        .default_rate_kbps(Some(config.pacing.default_rate_kbps))
+        .lane_stall(LANE_STALL)
+        .lane_queue_limit(LANE_QUEUE_LIMIT)
+        .green_inner_dscp(config.abe.green_inner_dscp.clone())
+        .abe(config.abe.queues)
+        .shard(shard)
+        .warm_up_lanes(true)
+        .build()
 }
 
 /// The ids of an exit's sites, as its admission checks them.

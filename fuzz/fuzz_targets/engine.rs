@@ -4,13 +4,10 @@
 
 use std::time::Duration;
 
-use braid::core::engine::{
-    DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, LaneUp, Role, Shard, SiteIdx, SiteSpec,
-};
+use braid::core::engine::{DataPath, EngineConfig, LaneUp, Role, SiteIdx, SiteSpec};
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::pacing_table::PacingTable;
 use braid::core::sched::Algorithm;
-use braid::core::shaper::AbeSettings;
 use braid::core::time::Instant;
 
 const TABLE: &str = r#"{"version": 1, "apps": [
@@ -27,26 +24,21 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
             "fd00:1::/64".parse().unwrap(),
         ],
     };
-    let mut e = DataPath::new(EngineConfig {
-        role,
-        sites: vec![SiteSpec {
+    let config = EngineConfig::builder()
+        .role(role)
+        .sites(vec![SiteSpec {
             id: "site1".into(),
             prefixes,
-        }],
-        tun_mtu: 1426,
-        algorithm: Algorithm::Afmt,
-        flow_idle_timeout: Duration::from_secs(10),
-        max_flows: 64,
-        default_rate_kbps: None,
-        lane_stall: LANE_STALL,
-        lane_queue_limit: LANE_QUEUE_LIMIT,
-        green_inner_dscp: vec![46],
-        abe: AbeSettings::default(),
-        shard: Shard::ONLY,
+        }])
+        .tun_mtu(1426)
+        .algorithm(Algorithm::Afmt)
+        .flow_idle_timeout(Duration::from_secs(10))
+        .max_flows(64)
         // Only the fuzzed inputs cross the lanes: the lane samples are fixed above,
         // so no input would reach the warm-up's padding.
-        warm_up_lanes: false,
-    });
+        .warm_up_lanes(false)
+        .build();
+    let mut e = DataPath::new(config);
     let table = PacingTable::parse(TABLE.as_bytes()).expect("a valid table");
     e.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);
     let mut blue = None;

@@ -246,6 +246,76 @@ pub struct EngineConfig {
     pub warm_up_lanes: bool,
 }
 
+/// The daemon's settings where its configuration has a default, an entry serving no
+/// site yet: a start for [`EngineConfig::builder`].
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            role: Role::Entry,
+            sites: Vec::new(),
+            // What a QUIC datagram carries over a 1500-byte path that may be IPv6.
+            tun_mtu: 1406,
+            algorithm: Algorithm::default(),
+            flow_idle_timeout: Duration::from_secs(10),
+            max_flows: 65_536,
+            default_rate_kbps: None,
+            lane_stall: LANE_STALL,
+            lane_queue_limit: LANE_QUEUE_LIMIT,
+            green_inner_dscp: vec![46],
+            abe: AbeSettings::default(),
+            shard: Shard::ONLY,
+            warm_up_lanes: true,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// A builder that starts from [`EngineConfig::default`]: callers name only what
+    /// they set, and a new setting does not touch them all.
+    pub fn builder() -> EngineConfigBuilder {
+        EngineConfigBuilder(EngineConfig::default())
+    }
+}
+
+/// Builds an [`EngineConfig`]: one method per field, each setting it.
+#[derive(Debug, Clone)]
+pub struct EngineConfigBuilder(EngineConfig);
+
+/// One setter per field of [`EngineConfig`], named after it.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[doc = concat!("Sets [`EngineConfig::", stringify!($field), "`].")]
+            pub fn $field(mut self, $field: $ty) -> Self {
+                self.0.$field = $field;
+                self
+            }
+        )*
+    };
+}
+
+impl EngineConfigBuilder {
+    setters! {
+        role: Role,
+        sites: Vec<SiteSpec>,
+        tun_mtu: usize,
+        algorithm: Algorithm,
+        flow_idle_timeout: Duration,
+        max_flows: usize,
+        default_rate_kbps: Option<u64>,
+        lane_stall: Duration,
+        lane_queue_limit: u64,
+        green_inner_dscp: Vec<u8>,
+        abe: AbeSettings,
+        shard: Shard,
+        warm_up_lanes: bool,
+    }
+
+    pub fn build(self) -> EngineConfig {
+        self.0
+    }
+}
+
 /// A datagram to send on a lane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
@@ -2237,9 +2307,9 @@ pub(crate) mod tests {
     }
 
     pub fn config(role: Role, algorithm: Algorithm) -> EngineConfig {
-        EngineConfig {
-            role,
-            sites: vec![
+        EngineConfig::builder()
+            .role(role)
+            .sites(vec![
                 SiteSpec {
                     id: "a".into(),
                     prefixes: vec!["198.18.0.0/24".parse().expect("net")],
@@ -2248,19 +2318,12 @@ pub(crate) mod tests {
                     id: "b".into(),
                     prefixes: vec!["fd00::/64".parse().expect("net")],
                 },
-            ],
-            tun_mtu: 1400,
-            algorithm,
-            flow_idle_timeout: Duration::from_secs(10),
-            max_flows: 100,
-            default_rate_kbps: None,
-            lane_stall: LANE_STALL,
-            lane_queue_limit: LANE_QUEUE_LIMIT,
-            green_inner_dscp: vec![46],
-            abe: AbeSettings::default(),
-            shard: Shard::ONLY,
-            warm_up_lanes: false,
-        }
+            ])
+            .tun_mtu(1400)
+            .algorithm(algorithm)
+            .max_flows(100)
+            .warm_up_lanes(false)
+            .build()
     }
 
     fn engine(role: Role, algorithm: Algorithm) -> DataPath {
