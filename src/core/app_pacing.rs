@@ -11,12 +11,12 @@
 use std::time::Duration;
 
 use super::classify::Classifier;
-use super::engine::SiteIdx;
 use super::flow::FlowTable;
 use super::hash::FixedMap;
 use super::pacer::{Enqueued, PaceSpec, Pacer, SlotId};
 use super::pacing_table::{AppIdx, AppSpec, Direction, PacingTable};
 use super::packet::{FlowKey, PacketInfo};
+use super::site::SiteIdx;
 use super::time::Instant;
 
 /// The queue limit of an application that sets none: 100 ms at its rate, at least

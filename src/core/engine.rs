@@ -46,6 +46,7 @@ use super::reseq::{HeldBudget, RESEQ_MIN_DEADLINE, ReseqCounters, Resequencer, b
 use super::route::PrefixMap;
 use super::sched::{Algorithm, DecisionKind, Scheduler};
 use super::shaper::{AbeSettings, Released, ShapeDrop, Shaper};
+pub use super::site::SiteIdx;
 use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
 use super::wire::{
@@ -181,10 +182,6 @@ impl Role {
         }
     }
 }
-
-/// Index of a site in the engine's site list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SiteIdx(pub u32);
 
 /// Which of an exit's data-path threads an engine is, of how many. The exit's sites
 /// are spread over the threads by index, so that each site's flows, lanes, queues and

@@ -28,6 +28,7 @@ pub mod sched;
 pub mod shaper;
 #[cfg(test)]
 mod sim;
+pub mod site;
 pub mod stats;
 pub mod time;
 pub mod wire;
