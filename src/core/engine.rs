@@ -50,7 +50,7 @@ pub use super::site::SiteIdx;
 use super::stats::{DelayHistogram, DropReason};
 use super::time::Instant;
 use super::wire::{
-    DATAGRAM_HEADER_LEN, DatagramHeader, LossReport, PROBE, PROBE_PADDING, is_probe, mark_copy,
+    DATAGRAM_HEADER_LEN, Datagram, DatagramHeader, LossReport, PROBE, PROBE_PADDING, mark_copy,
     set_lane_seq, split_datagram, write_datagram_header,
 };
 
@@ -987,18 +987,21 @@ impl DataPath {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return self.count_drop(DropReason::NoLane);
         };
-        if is_probe(&datagram) {
+        let parsed = Datagram::parse(&datagram);
+        match parsed {
             // A probe: QUIC acknowledges it; it carries nothing for braid.
-            l.counters.probes_received += 1;
-            return;
+            Some(Datagram::Probe) => {
+                l.counters.probes_received += 1;
+                return;
+            }
+            Some(Datagram::LossReport(report)) => return self.repair(lane, report, now),
+            Some(Datagram::Packet { .. }) | None => {}
         }
-        if let Some(report) = LossReport::decode(&datagram) {
-            return self.repair(lane, report, now);
-        }
+        // Counted before the check: a datagram too short for a header was received too.
         l.counters.rx_packets += 1;
         l.counters.rx_bytes += datagram.len() as u64;
         let site_idx = l.site;
-        let Some((header, packet)) = split_datagram(&datagram) else {
+        let Some(Datagram::Packet { header, packet }) = parsed else {
             return self.count_drop(DropReason::Malformed);
         };
         if let Some(report) = l.received_lane_seq(header.lane_seq) {
@@ -1847,7 +1850,7 @@ impl DataPath {
     /// `busy`: hands a probe as long, padded with zeros, to each other lane of `group`
     /// that is still in its first slow start, has nothing queued, and whose window
     /// carries less in a round trip than the busy lane's. The receiver drops it (see
-    /// [`is_probe`]).
+    /// [`super::wire::is_probe`]).
     ///
     /// Why: a lane's window grows only while it is full (quinn calls a connection that
     /// ran out of data application-limited), and striping fills a lane only once it
@@ -2294,6 +2297,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::core::packet::tests::{tcp_syn_v4, tcp_v4, udp_v6};
     use crate::core::shaper::AbeScheduler;
+    use crate::core::wire::is_probe;
     use etherparse::PacketBuilder;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -125,6 +125,37 @@ pub fn mark_copy(buf: &mut [u8]) {
     buf[4] |= (GAP_COPY >> 8) as u8;
 }
 
+/// What a datagram received on a lane is: a packet behind its header, a probe, or a
+/// loss report. The three share the header's room, and a probe's and a report's
+/// header of zeros could be a packet's: [`Datagram::parse`] tells them apart in the one
+/// order that is right (see [`is_probe`] and [`LossReport`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datagram<'a> {
+    /// A packet of the site behind its header (not checked: that is the packet
+    /// parser's work).
+    Packet {
+        header: DatagramHeader,
+        packet: &'a [u8],
+    },
+    /// A probe: it carries nothing for braid.
+    Probe,
+    LossReport(LossReport),
+}
+
+impl Datagram<'_> {
+    /// What a received datagram is, or `None` when it is shorter than a header.
+    pub fn parse(datagram: &[u8]) -> Option<Datagram<'_>> {
+        if is_probe(datagram) {
+            return Some(Datagram::Probe);
+        }
+        if let Some(report) = LossReport::decode(datagram) {
+            return Some(Datagram::LossReport(report));
+        }
+        let (header, packet) = split_datagram(datagram)?;
+        Some(Datagram::Packet { header, packet })
+    }
+}
+
 /// Splits a received datagram into its header and inner packet.
 pub fn split_datagram(buf: &[u8]) -> Option<(DatagramHeader, &[u8])> {
     let (header, packet) = buf.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
@@ -331,6 +362,37 @@ mod tests {
         let mut not_zeros = bytes;
         not_zeros[3] = 1;
         assert_eq!(LossReport::decode(&not_zeros), None);
+    }
+
+    #[test]
+    fn a_datagram_parses_as_a_probe_a_loss_report_or_a_packet() {
+        assert_eq!(Datagram::parse(&PROBE), Some(Datagram::Probe));
+        assert_eq!(
+            Datagram::parse(&PROBE_PADDING[..1200]),
+            Some(Datagram::Probe)
+        );
+        let report = LossReport { first: 7, count: 3 };
+        assert_eq!(
+            Datagram::parse(&report.encode()),
+            Some(Datagram::LossReport(report))
+        );
+        // A packet with sequence number 0 and no flow gap behind a header of zeros.
+        let mut packet = vec![0; DATAGRAM_HEADER_LEN];
+        packet.extend_from_slice(&[0x45, 0, 0, 20]);
+        let header = DatagramHeader {
+            seq: 0,
+            gap: 0,
+            copy: false,
+            lane_seq: 0,
+        };
+        assert_eq!(
+            Datagram::parse(&packet),
+            Some(Datagram::Packet {
+                header,
+                packet: &[0x45, 0, 0, 20]
+            })
+        );
+        assert_eq!(Datagram::parse(&PROBE[..3]), None);
     }
 
     #[test]
