@@ -17,7 +17,8 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, write_datagram_head
 
 use super::lanes::{hand_to_lane, number_for_lane};
 use super::sites::lanes_of;
-use super::{DataPath, Transmit, earliest};
+use super::timers::Timer;
+use super::{DataPath, Transmit};
 
 /// A packet read from the TUN device on its way to a lane: its datagram, with room
 /// for the header in front, and what it is.
@@ -90,7 +91,8 @@ impl DataPath {
                 // longest lane delivers.
                 shaper.fit_paths(longest);
                 let queued = shaper.enqueue(datagram, view.colour, mtu, intended, now);
-                self.shaper_due = earliest(self.shaper_due, shaper.next_release());
+                self.timers
+                    .earliest(Timer::ShaperRelease, shaper.next_release());
                 queued.map(|()| None)
             }
             None if lane.queued_bytes() + len > self.lane_queue_limit => Err(ShapeDrop::QueueFull),
@@ -148,7 +150,7 @@ impl DataPath {
             self.queue_delay[colour as usize].observe(sojourn);
             let id = view.id;
             let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
             let len = datagram.len();
             self.transmits.push_back(Transmit { lane: id, datagram });
             if queued_ahead {

@@ -11,7 +11,8 @@ use crate::core::wire::PROBE;
 
 use super::lanes::Lane;
 use super::sites::view_mut;
-use super::{DataPath, Transmit, earliest};
+use super::timers::{Timer, earliest};
+use super::{DataPath, Transmit};
 
 /// How often each end of an idle lane sends a keep-alive (quinn's PING): it keeps
 /// SRTT fresh and reveals dead uplinks.
@@ -307,7 +308,7 @@ impl DataPath {
     /// The stall check is due at `now`: takes lanes that fell silent out of service
     /// (and gives them up), sends the probes due, and sets when to look again.
     pub(super) fn check_stalls(&mut self, now: Instant) {
-        self.stall_check_at = None;
+        self.timers.set(Timer::StallCheck, None);
         // Allocates only when a lane falls silent.
         let mut stalled = Vec::new();
         for (i, l) in self.lanes.iter_mut().enumerate() {
@@ -321,7 +322,7 @@ impl DataPath {
                 // The answer may have come since the last sample: decided on the
                 // next one, taken at once.
                 self.sample_due = true;
-                self.stall_check_at = Some(now);
+                self.timers.set(Timer::StallCheck, Some(now));
             } else if silent_from <= now {
                 v.up = false;
                 l.recovering = true;
@@ -334,7 +335,7 @@ impl DataPath {
                     self.transmits.push_back(Transmit { lane: id, datagram });
                 }
                 let next = earliest(Some(silent_from), next_probe);
-                self.stall_check_at = earliest(self.stall_check_at, next);
+                self.timers.earliest(Timer::StallCheck, next);
             }
         }
         for (id, srtt) in stalled {

@@ -44,6 +44,7 @@ mod shaping;
 mod sites;
 #[cfg(test)]
 pub(crate) mod tests;
+mod timers;
 mod warm_up;
 
 use std::collections::VecDeque;
@@ -77,6 +78,7 @@ use forward::Packet;
 use lanes::Lane;
 use shaping::UplinkShaper;
 use sites::{Site, prefix_map, schedulers, view_mut};
+use timers::{Timer, TimerTable, earliest};
 
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
 /// bound on memory; the queue is kept short in time by CoDel and its bound
@@ -161,8 +163,6 @@ pub struct DataPath {
     /// The egress of every uplink of known rate, by site and uplink name; kept while
     /// the engine runs (an uplink's lanes come and go).
     shapers: Vec<UplinkShaper>,
-    /// The earliest instant a shaper has a packet to let go.
-    shaper_due: Option<Instant>,
     /// Packets the shapers let go, reused between timeouts.
     shaped: Vec<Released>,
     /// Datagrams of a lane given up, on their way to the other lanes; reused.
@@ -176,20 +176,13 @@ pub struct DataPath {
     handoffs: VecDeque<(usize, BytesMut)>,
     lanes_to_close: VecDeque<(LaneId, LaneClose)>,
     lane_services: VecDeque<(LaneId, LaneService)>,
-    /// When a flow table may next forget a flow (`None`: all are empty).
-    expiry_at: Option<Instant>,
-    /// No later than this, some lane that is up counts as silent.
-    stall_check_at: Option<Instant>,
-    /// The earliest deadline of a packet some resequencer holds.
-    reseq_due: Option<Instant>,
+    /// When the engine wants to be woken, and for what.
+    timers: TimerTable,
     /// Bytes every site's resequencer holds, bounded together.
     held_budget: HeldBudget,
     /// When lanes were last sampled, and whether a new lane wants a sample at once.
     sampled_at: Instant,
     sample_due: bool,
-    /// While a lane warms up (see [`DataPath::warm_up`]): when it wants its next
-    /// sample, sooner than an idle lane's.
-    warm_sample_at: Option<Instant>,
     /// Packets the pacer released, reused between timeouts.
     released: Vec<(SiteIdx, AppIdx, Packet)>,
     reply: [u8; MAX_REPLY_LEN],
@@ -241,7 +234,6 @@ impl DataPath {
             queue_delay: [DelayHistogram::default(); 2],
             abe: config.abe,
             shapers: Vec::new(),
-            shaper_due: None,
             shaped: Vec::new(),
             resend_batch: Vec::new(),
             green_drops: GreenDrops::default(),
@@ -251,13 +243,10 @@ impl DataPath {
             handoffs: VecDeque::new(),
             lanes_to_close: VecDeque::new(),
             lane_services: VecDeque::new(),
-            expiry_at: None,
-            stall_check_at: None,
-            reseq_due: None,
+            timers: TimerTable::default(),
             held_budget: HeldBudget::default(),
             sampled_at: Instant::ZERO,
             sample_due: false,
-            warm_sample_at: None,
             released: Vec::new(),
             reply: [0; MAX_REPLY_LEN],
         }
@@ -334,7 +323,7 @@ impl DataPath {
             let datagram = Bytes::copy_from_slice(&report.encode());
             let srtt = view_mut(&mut self.sites, site_idx, lane).map_or(Duration::ZERO, |v| v.srtt);
             let due = l.hand(datagram.len() as u64, srtt, Duration::ZERO, now);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
             self.transmits.push_back(Transmit { lane, datagram });
         }
         let Ok(info) = PacketInfo::parse(packet) else {
@@ -371,7 +360,8 @@ impl DataPath {
             &mut self.held_budget,
             &mut self.tun_writes,
         );
-        self.reseq_due = earliest(self.reseq_due, site.reseq.poll_timeout());
+        self.timers
+            .earliest(Timer::Reseq, site.reseq.poll_timeout());
     }
 
     /// Registers a lane whose handshake and hello are done and returns its id, or
@@ -425,10 +415,8 @@ impl DataPath {
             },
         );
         self.sample_due = true;
-        self.stall_check_at = earliest(
-            self.stall_check_at,
-            Some(now.saturating_add(self.lane_stall)),
-        );
+        self.timers
+            .earliest(Timer::StallCheck, Some(now.saturating_add(self.lane_stall)));
         Some(id)
     }
 
@@ -472,8 +460,8 @@ impl DataPath {
     pub fn handle_lane_sample(&mut self, lane: LaneId, sample: LaneSample, now: Instant) {
         self.sampled_at = now;
         self.sample_due = false;
-        if self.warm_sample_at.is_some_and(|at| at <= now) {
-            self.warm_sample_at = None;
+        if self.timers.is_due(Timer::WarmSample, now) {
+            self.timers.set(Timer::WarmSample, None);
         }
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
@@ -507,7 +495,7 @@ impl DataPath {
             sample.transmitted_datagrams + sample.refused_datagrams + sample.abandoned_datagrams;
         if l.answer_due.is_some() && l.left_quinn > left_before && l.left_quinn >= l.answer_for {
             let due = l.count_chance(sample.srtt, now);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
         }
         if heard && l.left_quinn < l.handed_datagrams {
             // Packets handed before are still inside braid or quinn (its congestion
@@ -515,7 +503,7 @@ impl DataPath {
             // answered in turn. Without this, a lane the scheduler stops handing
             // packets to because of that queue would wait for the idle bound.
             let due = l.await_answer(l.left_quinn + 1, now, sample.srtt);
-            self.stall_check_at = earliest(self.stall_check_at, Some(due));
+            self.timers.earliest(Timer::StallCheck, Some(due));
         }
         l.review_wait(sample.srtt, now);
         let silent_from = l.silent_from(self.lane_stall);
@@ -532,7 +520,7 @@ impl DataPath {
         let fill = l.fill(&self.shapers);
         let up = !l.retired && !l.closed && sample.max_datagram > 0 && alive && !l.recovering;
         if up {
-            self.stall_check_at = earliest(self.stall_check_at, Some(silent_from));
+            self.timers.earliest(Timer::StallCheck, Some(silent_from));
         }
         let mut stalled = false;
         if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
@@ -657,17 +645,17 @@ impl DataPath {
     /// Does what is due at `now`: releases paced packets, forgets idle flows, and
     /// stops scheduling lanes that fell silent. Cheap when nothing is due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.shaper_due.is_some_and(|at| at <= now) {
+        if self.timers.is_due(Timer::ShaperRelease, now) {
             self.release_shaped(now);
         }
-        if self.reseq_due.is_some_and(|at| at <= now) {
+        if self.timers.is_due(Timer::Reseq, now) {
             let mut next = None;
             for site in &mut self.sites {
                 site.reseq
                     .handle_timeout(now, &mut self.held_budget, &mut self.tun_writes);
                 next = earliest(next, site.reseq.poll_timeout());
             }
-            self.reseq_due = next;
+            self.timers.set(Timer::Reseq, next);
         }
         if self.pacing.next_release().is_some_and(|at| at <= now) {
             let mut released = std::mem::take(&mut self.released);
@@ -676,7 +664,7 @@ impl DataPath {
             self.forward_released(&mut released, now);
             self.released = released;
         }
-        if self.expiry_at.is_some_and(|at| at <= now) {
+        if self.timers.is_due(Timer::FlowExpiry, now) {
             self.pacing.expire(now);
             let mut next = self.pacing.next_expiry();
             for site in &mut self.sites {
@@ -689,9 +677,9 @@ impl DataPath {
                 site.resequenced_drops.expire(now, |_| ());
                 next = earliest(next, site.resequenced_drops.next_expiry());
             }
-            self.expiry_at = next;
+            self.timers.set(Timer::FlowExpiry, next);
         }
-        if self.stall_check_at.is_some_and(|at| at <= now) {
+        if self.timers.is_due(Timer::StallCheck, now) {
             self.check_stalls(now);
         }
     }
@@ -758,38 +746,27 @@ impl DataPath {
 
     /// When [`DataPath::handle_timeout`] should run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        // Two deadlines are kept elsewhere: the pacer's, and the idle sample's (from
+        // the last sample, while there are lanes).
+        let mut timers = self.timers;
+        timers.set(Timer::PacingRelease, self.pacing.next_release());
         let idle_sample = self
             .lanes
             .iter()
             .any(Option::is_some)
             .then(|| self.sampled_at.saturating_add(IDLE_SAMPLE_INTERVAL));
-        [
-            self.pacing.next_release(),
-            self.shaper_due,
-            self.expiry_at,
-            self.stall_check_at,
-            self.reseq_due,
-            idle_sample,
-            self.warm_sample_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        timers.set(Timer::IdleSample, idle_sample);
+        timers.next()
     }
 
     /// A flow table was (or may have been) written at `now`: its entry expires one
     /// flow timeout later, no earlier than any entry already there.
     fn flows_touched(&mut self, now: Instant) {
-        if self.expiry_at.is_none() {
-            self.expiry_at = Some(now.saturating_add(self.flow_idle_timeout));
+        if self.timers.get(Timer::FlowExpiry).is_none() {
+            self.timers.set(
+                Timer::FlowExpiry,
+                Some(now.saturating_add(self.flow_idle_timeout)),
+            );
         }
-    }
-}
-
-/// The earlier of two optional instants.
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }

@@ -12,7 +12,8 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, LossReport, mark_copy, split_datagr
 
 use super::lanes::{Lane, hand_to_lane, number_for_lane};
 use super::liveness::LANE_STALL;
-use super::{DataPath, Transmit, earliest};
+use super::timers::Timer;
+use super::{DataPath, Transmit};
 
 /// Datagrams handed to a lane are kept this long (at most [`RESEND_MAX_BYTES`]), so
 /// that those its path may have lost are sent again over the other lanes when it is
@@ -182,7 +183,7 @@ impl DataPath {
             let datagram = number_for_lane(lane, copy);
             let sojourn = view.drain_time(0, view.srtt);
             let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
             view.fill += len as u64;
             self.transmits.push_back(Transmit {
                 lane: view.id,

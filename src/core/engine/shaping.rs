@@ -9,7 +9,8 @@ use crate::core::time::Instant;
 
 use super::lanes::{hand_to_lane, number_for_lane};
 use super::sites::view_mut;
-use super::{DataPath, Transmit, earliest};
+use super::timers::{Timer, earliest};
+use super::{DataPath, Transmit};
 
 /// The shaper of one uplink of known rate.
 pub(super) struct UplinkShaper {
@@ -63,7 +64,7 @@ impl DataPath {
                 .release(now, &mut released, &mut self.green_drops.stale);
             next = earliest(next, s.shaper.next_release());
         }
-        self.shaper_due = next;
+        self.timers.set(Timer::ShaperRelease, next);
         for r in released.drain(..) {
             let lane = r.lane.and_then(|id| {
                 let l = self.lanes.get_mut(id.0 as usize)?.as_mut()?;
@@ -81,7 +82,7 @@ impl DataPath {
             let sojourn = view.drain_time(0, view.srtt);
             let datagram = number_for_lane(lane, r.datagram);
             let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
             self.transmits.push_back(Transmit { lane: id, datagram });
         }
         self.shaped = released;

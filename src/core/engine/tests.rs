@@ -487,7 +487,7 @@ fn a_lane_that_falls_silent_is_not_scheduled_from_exactly_the_stall_time() {
     e.handle_lane_sample(a, sample(1400, 300), at(300));
     e.handle_lane_sample(b, sample(1400, 100), at(300));
     e.handle_timeout(at(450));
-    assert_eq!(e.stall_check_at, Some(at(100) + LANE_STALL));
+    assert_eq!(e.timers.get(Timer::StallCheck), Some(at(100) + LANE_STALL));
     e.handle_timeout(at(499));
     let lanes: Vec<_> = (0..2)
         .filter_map(|_| sent_on(&mut e, &pkt, at(499)))
@@ -1559,7 +1559,11 @@ fn idle_flows_expire_at_the_flow_timeout_without_traffic() {
     assert_eq!(e.flows_active(), 0);
     assert_eq!(e.pacing.flows(SiteIdx(0), AppIdx::DEFAULT), 0);
     assert_eq!(e.sites[0].reseq.flows(), 0, "the reordering table too");
-    assert_eq!(e.expiry_at, None, "nothing left to expire");
+    assert_eq!(
+        e.timers.get(Timer::FlowExpiry),
+        None,
+        "nothing left to expire"
+    );
 }
 
 #[test]

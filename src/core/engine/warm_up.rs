@@ -14,7 +14,8 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, PROBE_PADDING};
 
 use super::lanes::Lane;
 use super::sites::view_mut;
-use super::{DataPath, SAMPLE_INTERVAL, Transmit, earliest};
+use super::timers::Timer;
+use super::{DataPath, SAMPLE_INTERVAL, Transmit};
 
 /// How far ahead a lane that warms up keeps padding queued (see
 /// [`DataPath::warm_up`]): two samples' worth, so that quinn does not run out between
@@ -49,7 +50,8 @@ impl DataPath {
         if !view.up || view.colour != Colour::Blue || view.cwnd >= MAX_START_WINDOW {
             return;
         }
-        self.warm_sample_at = Some(now.saturating_add(SAMPLE_INTERVAL));
+        self.timers
+            .set(Timer::WarmSample, Some(now.saturating_add(SAMPLE_INTERVAL)));
         let len = (view.max_datagram + DATAGRAM_HEADER_LEN).min(PROBE_PADDING.len());
         // Never more than a window (over a path shorter than WARM_AHEAD, slow start
         // sends no more than that per round trip), nor than half what braid queues
@@ -63,7 +65,7 @@ impl DataPath {
             .max(2 * len as u64);
         while view.fill < ahead {
             let due = pad(l, view, len, now, &mut self.transmits);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
         }
     }
 
@@ -119,7 +121,7 @@ impl DataPath {
                 continue;
             }
             let due = pad(lane, view, len, now, &mut self.transmits);
-            self.stall_check_at = earliest(self.stall_check_at, due);
+            self.timers.earliest(Timer::StallCheck, due);
         }
     }
 }
