@@ -82,10 +82,8 @@ fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::engine::tests::config;
-    use crate::core::engine::{DataPath, Role, SiteSpec};
+    use crate::core::engine::{DataPath, EngineConfig, Role, SiteSpec};
     use crate::core::pacing_table::PacingTable;
-    use crate::core::sched::Algorithm;
     use crate::core::time::Instant;
 
     fn spec(id: &str) -> SiteSpec {
@@ -115,7 +113,11 @@ mod tests {
 
     #[test]
     fn reloads_give_sites_the_indexes_the_engines_give_them() {
-        let mut engine = DataPath::new(config(Role::Exit, Algorithm::RoundRobin));
+        let config = EngineConfig::builder()
+            .role(Role::Exit)
+            .sites(vec![spec("a"), spec("b")])
+            .build();
+        let mut engine = DataPath::new(config);
         let mut ids: Vec<String> = engine.sites().map(|(_, id)| id.to_string()).collect();
         // b removed and c added, then b back and d added: a site keeps its index,
         // a new one takes the next.

@@ -26,8 +26,6 @@ pub mod reseq;
 pub mod route;
 pub mod sched;
 pub mod shaper;
-#[cfg(test)]
-mod sim;
 pub mod site;
 pub mod stats;
 pub mod time;

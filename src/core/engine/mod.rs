@@ -43,7 +43,7 @@ mod repair;
 mod shaping;
 mod sites;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 mod timers;
 mod warm_up;
 

@@ -1,4 +1,8 @@
-//! A whole-path simulator: an entry [`DataPath`] and an exit [`DataPath`] joined by
+//! The engine's test harness: fixtures that drive one engine (a configuration, lanes
+//! brought up and sampled, packets sent and datagrams received), and a whole-path
+//! simulator, after quinn-proto's `Pair`, that drives two of them.
+//!
+//! The simulator: an entry [`DataPath`] and an exit [`DataPath`] joined by
 //! virtual lanes (rate, one-way delay that may vary, loss), with many flows, a virtual clock that
 //! jumps to the next event and a seeded random number generator. The entry paces,
 //! schedules and queues exactly as in production; the exit checks and reorders-counts
@@ -8,20 +12,209 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use etherparse::PacketBuilder;
 
-use super::engine::tests::{at, config, send};
-use super::engine::{DataPath, KEEP_ALIVE, LaneUp, PEER_ACK_DELAY, Role};
-use super::lane::{Colour, LaneId, LaneSample};
-use super::pacing_table::{AppIdx, PacingTable};
-use super::reseq::ReseqCounters;
-use super::sched::Algorithm;
-use super::sched::sim::Rng;
-use super::stats::DELAY_BUCKETS;
-use super::time::Instant;
+use crate::core::engine::*;
+use crate::core::lane::{Colour, LaneId, LaneSample};
+use crate::core::pacing_table::{AppIdx, PacingTable};
+use crate::core::packet::tests::tcp_syn_v4;
+use crate::core::reseq::ReseqCounters;
+use crate::core::sched::Algorithm;
+use crate::core::sched::sim::Rng;
+use crate::core::stats::DropReason;
+use crate::core::time::Instant;
+use crate::core::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, write_datagram_header};
 
-const PAYLOAD: usize = 1172; // 1200-byte IPv4/UDP packets
+// ---- one engine ---------------------------------------------------------------
+
+pub(super) const MS: u64 = 1_000_000;
+
+pub(super) fn at(ms: u64) -> Instant {
+    Instant::from_nanos(ms * MS)
+}
+
+pub(super) fn config(role: Role, algorithm: Algorithm) -> EngineConfig {
+    builder(role, algorithm).build()
+}
+
+/// A builder of [`config`]'s engine, for tests that set more.
+pub(super) fn builder(role: Role, algorithm: Algorithm) -> EngineConfigBuilder {
+    EngineConfig::builder()
+        .role(role)
+        .sites(vec![
+            SiteSpec {
+                id: "a".into(),
+                prefixes: vec!["198.18.0.0/24".parse().expect("net")],
+            },
+            SiteSpec {
+                id: "b".into(),
+                prefixes: vec!["fd00::/64".parse().expect("net")],
+            },
+        ])
+        .tun_mtu(1400)
+        .algorithm(algorithm)
+        .max_flows(100)
+        .warm_up_lanes(false)
+}
+
+pub(super) fn engine(role: Role, algorithm: Algorithm) -> DataPath {
+    DataPath::new(config(role, algorithm))
+}
+
+pub(super) fn exit_engine() -> DataPath {
+    engine(Role::Exit, Algorithm::RoundRobin)
+}
+
+pub(super) fn sample(max_datagram: usize, rx_datagrams: u64) -> LaneSample {
+    LaneSample {
+        srtt: Duration::from_millis(20),
+        cwnd: 100_000,
+        max_datagram,
+        rx_datagrams,
+        ..LaneSample::default()
+    }
+}
+
+/// A sample of a lane that has heard `rx_datagrams` and transmitted every packet
+/// it was handed.
+pub(super) fn drained(e: &DataPath, lane: LaneId, rx_datagrams: u64) -> LaneSample {
+    let l = e.lanes[lane.0 as usize].as_ref().expect("lane");
+    LaneSample {
+        transmitted_datagrams: l.handed_datagrams,
+        dequeued_bytes: l.handed_bytes,
+        ..sample(1400, rx_datagrams)
+    }
+}
+
+/// Brings up a blue lane of `site` over `uplink` at `now`, sampled as live.
+pub(super) fn lane_up(
+    e: &mut DataPath,
+    site: &str,
+    uplink: &str,
+    max_datagram: usize,
+    now: Instant,
+) -> LaneId {
+    coloured_lane_up(e, site, uplink, Colour::Blue, max_datagram, now)
+}
+
+/// An entry with two blue lanes of site a, over "dsl" and "lte", up at time zero.
+pub(super) fn two_lanes(algorithm: Algorithm) -> (DataPath, LaneId, LaneId) {
+    let mut e = engine(Role::Entry, algorithm);
+    let a = lane_up(&mut e, "a", "dsl", 1400, at(0));
+    let b = lane_up(&mut e, "a", "lte", 1400, at(0));
+    (e, a, b)
+}
+
+/// Brings up a lane of `site` over `uplink` in `colour` at `now`, sampled as live.
+pub(super) fn coloured_lane_up(
+    e: &mut DataPath,
+    site: &str,
+    uplink: &str,
+    colour: Colour,
+    max_datagram: usize,
+    now: Instant,
+) -> LaneId {
+    let up = LaneUp {
+        site,
+        uplink,
+        colour,
+        rank: 0,
+        rate_kbps: None,
+    };
+    let id = e.handle_lane_up(up, now).expect("known site");
+    e.handle_lane_sample(id, sample(max_datagram, 1), now);
+    id
+}
+
+/// A lane over a fresh uplink, at time zero.
+pub(super) fn up(e: &mut DataPath, site: &str, max_datagram: usize) -> LaneId {
+    let uplink = format!("up{}", e.lanes.len());
+    lane_up(e, site, &uplink, max_datagram, Instant::ZERO)
+}
+
+/// Hands `packet` in as read from the TUN device.
+pub(super) fn send(e: &mut DataPath, packet: &[u8], now: Instant) {
+    let mut datagram = BytesMut::zeroed(DATAGRAM_HEADER_LEN);
+    datagram.extend_from_slice(packet);
+    e.handle_tun_packet(datagram, now);
+}
+
+pub(super) fn transmits(e: &mut DataPath) -> Vec<Transmit> {
+    std::iter::from_fn(|| e.poll_transmit()).collect()
+}
+
+/// Sends `packet` and returns the lane it went out on. Datagrams already waiting
+/// to go (sent again from a lane given up) are let go first.
+pub(super) fn sent_on(e: &mut DataPath, packet: &[u8], now: Instant) -> Option<LaneId> {
+    transmits(e);
+    send(e, packet, now);
+    let out = transmits(e);
+    assert!(out.len() <= 1, "{out:?}");
+    out.first().map(|t| t.lane)
+}
+
+/// A TCP SYN with DF set from the server side towards site a's host.
+pub(super) fn to_site_a() -> Vec<u8> {
+    let mut pkt = tcp_syn_v4(1460);
+    // swap source and destination: 198.19.0.2 -> 198.18.0.2
+    let (s, d) = (pkt[12..16].to_vec(), pkt[16..20].to_vec());
+    pkt[12..16].copy_from_slice(&d);
+    pkt[16..20].copy_from_slice(&s);
+    let mut header = etherparse::Ipv4Header::from_slice(&pkt).expect("v4").0;
+    header.dont_fragment = true;
+    header.header_checksum = header.calc_header_checksum();
+    header.write(&mut &mut pkt[..20]).expect("write");
+    pkt
+}
+
+/// `packet` behind a datagram header carrying `seq` and no flow gap.
+pub(super) fn datagram(seq: u32, packet: &[u8]) -> Bytes {
+    striped_datagram(seq, 0, packet)
+}
+
+/// `packet` behind a datagram header carrying `seq` and `gap`.
+pub(super) fn striped_datagram(seq: u32, gap: u16, packet: &[u8]) -> Bytes {
+    let mut d = vec![0; DATAGRAM_HEADER_LEN];
+    write_datagram_header(
+        &mut d,
+        DatagramHeader {
+            seq,
+            gap,
+            copy: false,
+            lane_seq: 0,
+        },
+    );
+    d.extend_from_slice(packet);
+    Bytes::from(d)
+}
+
+/// `packet` behind a datagram header carrying `seq`, no flow gap and `lane_seq`.
+pub(super) fn laned_datagram(seq: u32, lane_seq: u16, packet: &[u8]) -> Bytes {
+    let mut d = vec![0; DATAGRAM_HEADER_LEN];
+    let header = DatagramHeader {
+        seq,
+        gap: 0,
+        copy: false,
+        lane_seq,
+    };
+    write_datagram_header(&mut d, header);
+    d.extend_from_slice(packet);
+    Bytes::from(d)
+}
+
+/// An IPv4 `packet` with its DSCP set to `dscp`.
+pub(super) fn with_dscp(mut packet: Vec<u8>, dscp: u8) -> Vec<u8> {
+    let mut header = etherparse::Ipv4Header::from_slice(&packet).expect("v4").0;
+    header.dscp = etherparse::IpDscp::try_new(dscp).expect("a DSCP");
+    header.header_checksum = header.calc_header_checksum();
+    header.write(&mut &mut packet[..20]).expect("write");
+    packet
+}
+
+// ---- two engines: the whole path -----------------------------------------------
+
+pub(super) const PAYLOAD: usize = 1172; // 1200-byte IPv4/UDP packets
 
 /// One direction of an uplink: braid's datagrams queue behind each other at the rate.
 struct SimLane {
@@ -210,7 +403,7 @@ pub fn run_with(
     let mut entry = DataPath::new(config(Role::Entry, algorithm));
     let mut exit = DataPath::new(config(Role::Exit, algorithm));
     let table = PacingTable::parse(TABLE.as_bytes()).expect("valid table");
-    entry.handle_pacing_table(super::engine::SiteIdx(0), table, Instant::ZERO);
+    entry.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);
     let mut sim_lanes: Vec<SimLane> = lanes
         .iter()
         .enumerate()
@@ -383,7 +576,7 @@ pub fn run_with(
         }
         delivered += std::iter::from_fn(|| exit.poll_tun_write()).count() as u64;
     }
-    let site = super::engine::SiteIdx(0);
+    let site = SiteIdx(0);
     Outcome {
         lanes: sim_lanes
             .iter()
@@ -398,10 +591,7 @@ pub fn run_with(
             .map(|i| entry.app_counters(site, AppIdx(i as u32)).paced_bytes)
             .collect(),
         last_sent,
-        dropped: super::stats::DropReason::ALL
-            .iter()
-            .map(|r| entry.dropped(*r))
-            .sum(),
+        dropped: DropReason::ALL.iter().map(|r| entry.dropped(*r)).sum(),
         lost,
         resent: sim_lanes
             .iter()
@@ -428,254 +618,4 @@ pub fn run_with(
             .sum(),
         reseq: *exit.reseq_counters(site),
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::engine::{LANE_STALL, SAMPLE_INTERVAL};
-
-    /// Three uplinks like the demo's (16, 32, 50 Mbit/s; 10, 20, 30 ms; 0.5 % loss
-    /// on the fastest), the slowest falling silent at 6 s.
-    fn lanes() -> Vec<LaneSpec> {
-        vec![
-            LaneSpec {
-                rate_bps: 16_000_000,
-                one_way_ms: 10,
-                jitter_ms: 0,
-                loss_per_mille: 0,
-                silent_from: Some(at(6_000)),
-            },
-            LaneSpec {
-                rate_bps: 32_000_000,
-                one_way_ms: 20,
-                jitter_ms: 0,
-                loss_per_mille: 0,
-                silent_from: None,
-            },
-            LaneSpec {
-                rate_bps: 50_000_000,
-                one_way_ms: 30,
-                jitter_ms: 0,
-                loss_per_mille: 5,
-                silent_from: None,
-            },
-        ]
-    }
-
-    /// A lane that never falls silent: Mbit/s, one-way delay and its variation (ms),
-    /// loss (per mille).
-    fn lane(mbit: u64, one_way_ms: u64, jitter_ms: u64, loss_per_mille: u64) -> LaneSpec {
-        LaneSpec {
-            rate_bps: mbit * 1_000_000,
-            one_way_ms,
-            jitter_ms,
-            loss_per_mille,
-            silent_from: None,
-        }
-    }
-
-    /// One flow sending evenly at `bps`.
-    fn one_even_flow(bps: u64) -> Bulk {
-        Bulk {
-            flows: 1,
-            flow_bps: bps,
-            bursty: false,
-        }
-    }
-
-    /// Packets the exit's resequencer held longer than `bound` seconds, one of
-    /// [`DELAY_BUCKETS`]' bounds.
-    fn holds_beyond(out: &Outcome, bound: f64) -> u64 {
-        let first = DELAY_BUCKETS
-            .iter()
-            .position(|&b| b > bound)
-            .expect("a bucket beyond the bound");
-        out.reseq.hold.buckets[first..].iter().sum()
-    }
-
-    #[test]
-    fn the_whole_path_keeps_flows_in_order_paces_applications_and_drops_silent_lanes() {
-        let seconds = 10;
-        // 24 bulk flows of 2 Mbit/s (bursty, so their average is lower) and two paced
-        // applications offered 125 % of their rates: about half of the 98 Mbit/s.
-        let bulk = Bulk {
-            flows: 24,
-            flow_bps: 2_000_000,
-            bursty: true,
-        };
-        let out = run(&lanes(), bulk, seconds, 7);
-        // AFMT reordered no flow; only the packets the silent lane's dead path lost,
-        // sent again when it was given up, came after packets sent later.
-        assert!(out.resent > 0, "{out:?}");
-        assert!(out.reordered <= out.resent, "{out:?}");
-        for (sent, rate) in out.paced_bytes.iter().zip(PACED_BPS) {
-            let measured = *sent as f64 * 8.0 / seconds as f64;
-            let error = (measured - rate as f64).abs() / rate as f64;
-            assert!(
-                error < 0.01,
-                "paced at {measured} bit/s for {rate}: {out:?}"
-            );
-        }
-        // Every lane carried traffic; the silent one none from its stall time on.
-        assert!(out.lanes.iter().all(|l| l.0 > 1000), "{out:?}");
-        let silent_from = at(6_000);
-        assert!(
-            out.last_sent[0] >= silent_from - Duration::from_millis(100),
-            "{out:?}"
-        );
-        // Silence is noticed at the first sample after the last keep-alive (samples
-        // come at most every millisecond while packets flow).
-        let stalled_by = silent_from + LANE_STALL + SAMPLE_INTERVAL * 2;
-        assert!(out.last_sent[0] < stalled_by, "{out:?}");
-        assert!(out.last_sent[1] > at(9_900) && out.last_sent[2] > at(9_900));
-        assert!(out.delivered > 50_000, "{out:?}");
-        // What was dropped is what the paced applications offered above their rates,
-        // less what their queues (100 ms at the rate, at least 16 KiB: 55 packets)
-        // still hold at the end.
-        let offered_above: u64 = PACED_BPS
-            .iter()
-            .map(|bps| bps / 4 * seconds / 8 / (PAYLOAD as u64 + 28))
-            .sum();
-        assert!(out.dropped.abs_diff(offered_above - 55) < 10, "{out:?}");
-    }
-
-    #[test]
-    fn one_flow_larger_than_any_lane_is_striped_over_all_and_arrives_in_order() {
-        // 16, 32 and 50 Mbit/s with one-way delays of 10, 30 and 60 ms, 0.5 % loss on
-        // the fastest; one even 80 Mbit/s flow.
-        let lanes = [lane(16, 10, 0, 0), lane(32, 30, 0, 0), lane(50, 60, 0, 5)];
-        let seconds = 10;
-        let out = run(&lanes, one_even_flow(80_000_000), seconds, 3);
-        // Every lane carries its part: the flow is striped, not confined to a lane.
-        let bytes: Vec<u64> = out.lanes.iter().map(|l| l.1).collect();
-        let total: u64 = bytes.iter().sum();
-        for (b, mbit) in bytes.iter().zip([16, 32, 50]) {
-            let share = *b as f64 / total as f64;
-            assert!(share > mbit as f64 / 98.0 / 2.0, "{bytes:?}: {out:?}");
-        }
-        let striped: u64 = out.lanes.iter().map(|l| l.2[3]).sum();
-        assert!(striped > out.delivered / 2, "{out:?}");
-        // In order as the inner flow sees it, whatever the delays.
-        assert!(out.reseq.held > 1000, "{out:?}");
-        assert!(
-            (out.reordered as f64) < out.delivered as f64 * 0.001,
-            "{out:?}"
-        );
-        // braid dropped nothing of the flow: its only drops are what the paced
-        // applications offered above their rates (as in the test above).
-        let offered_above: u64 = PACED_BPS
-            .iter()
-            .map(|bps| bps / 4 * seconds / 8 / (PAYLOAD as u64 + 28))
-            .sum();
-        assert!(out.dropped.abs_diff(offered_above - 55) < 10, "{out:?}");
-        // A lost datagram costs one deadline at most, never a stall: no hold comes
-        // near a second, and few packets waited for a loss at all.
-        assert_eq!(holds_beyond(&out, 0.2), 0, "{out:?}");
-        assert!(out.lost > 100, "{out:?}");
-        // The exit reports what the lossy lane lost, and the entry sends it again
-        // over the lane where it arrives first, mostly before the exit stops waiting
-        // for it: without that, each loss gave up about two gaps (420 packets
-        // released at the deadline for 214 lost); now under half a gap does (98 for
-        // 220).
-        assert!(out.repaired > out.lost * 3 / 4, "{out:?}");
-        assert!(
-            out.reseq.released_at_deadline * 2 < out.lost,
-            "lost packets were sent again in time: {out:?}"
-        );
-    }
-
-    #[test]
-    fn a_striped_flow_over_a_lane_whose_delay_varies_arrives_in_order_without_stalls() {
-        // The testbed's `vary10` uplinks: 16, 32 and 50 Mbit/s, 10, 20 and 30 ms one
-        // way, the fastest one's delay varying by +-10 ms per datagram (order kept);
-        // one even 80 Mbit/s flow.
-        let lanes = [lane(16, 10, 0, 0), lane(32, 20, 0, 0), lane(50, 20, 20, 0)];
-        let out = run(&lanes, one_even_flow(80_000_000), 10, 5);
-        // The varying lane carries its part.
-        let bytes: Vec<u64> = out.lanes.iter().map(|l| l.1).collect();
-        let total: u64 = bytes.iter().sum();
-        assert!(bytes[2] * 4 > total, "{bytes:?}: {out:?}");
-        // The resequencer waits for the varying lane's late packets rather than
-        // giving their gaps up: the flow arrives in order, and nothing being lost,
-        // fewer than one packet in 10,000 was released at a deadline.
-        assert!(out.reseq.held > 1000, "{out:?}");
-        assert!(
-            (out.reordered as f64) < out.delivered as f64 * 0.001,
-            "{out:?}"
-        );
-        assert!(
-            out.reseq.released_at_deadline * 10_000 < out.delivered,
-            "{out:?}"
-        );
-        // Nor does it hold beyond what the variation needs: no hold is longer than
-        // 100 ms (the lanes' one-way delays differ by at most 30 ms).
-        assert_eq!(holds_beyond(&out, 0.1), 0, "{out:?}");
-    }
-
-    #[test]
-    fn a_path_losing_five_percent_each_way_is_never_given_up_and_a_dead_one_soon() {
-        // Three uplinks of 20 Mbit/s with one-way delays of 5, 10 and 15 ms, losing 5 %
-        // of datagrams and of acknowledgements and keep-alives; a 50 packets/s flow
-        // beside the paced applications, so that some lanes carry little: each of
-        // their exchanges fails one time in ten.
-        let lossy = |ms, silent_from| LaneSpec {
-            rate_bps: 20_000_000,
-            one_way_ms: ms,
-            jitter_ms: 0,
-            loss_per_mille: 50,
-            silent_from,
-        };
-        let sparse = || Bulk {
-            flows: 1,
-            flow_bps: 480_000,
-            bursty: false,
-        };
-        let lanes = [lossy(5, None), lossy(10, None), lossy(15, None)];
-        let (mut probes, mut seconds) = (0, 0);
-        for seed in (1..12).step_by(2) {
-            let out = run_with(Algorithm::RoundRobin, false, &lanes, sparse(), 30, seed);
-            assert_eq!(out.stalls, 0, "seed {seed}: {out:?}");
-            probes += out.probes;
-            seconds += 30;
-        }
-        // What a lossy path costs: a few probes a second per lane (each 6 bytes and
-        // QUIC's overhead), as one exchange in ten needs them.
-        assert!(
-            probes > 0 && probes < seconds * 30,
-            "{probes} in {seconds} s"
-        );
-        // The same with the 15 ms uplink's path dying at 10 s: its next packet leaves
-        // within 60 ms (a packet in three), and six failed exchanges later, probes
-        // filling in, it is given up, long before the idle bound.
-        let lanes = [lossy(5, None), lossy(10, None), lossy(15, Some(at(10_000)))];
-        let out = run_with(Algorithm::RoundRobin, false, &lanes, sparse(), 12, 5);
-        assert_eq!(out.stalls, 1, "{out:?}");
-        let given_up = out.out_since[2].expect("out of service");
-        let after = given_up.saturating_since(at(10_000));
-        assert!(
-            after < Duration::from_millis(60 + 130),
-            "{after:?}: {out:?}"
-        );
-    }
-
-    #[test]
-    fn the_same_seed_gives_the_same_trace() {
-        let bulk = || Bulk {
-            flows: 8,
-            flow_bps: 2_000_000,
-            bursty: true,
-        };
-        let short = |seed| run(&lanes()[1..], bulk(), 2, seed);
-        let first = short(11);
-        assert_eq!(first, short(11));
-        assert_ne!(first.lanes, short(12).lanes, "the seed matters");
-        // The snapshot: per lane (datagrams, bytes, decisions new/same/switch/stripe/stateless).
-        assert_eq!(first.lanes, SNAPSHOT, "{first:?}");
-    }
-
-    const SNAPSHOT: [(u64, u64, [u64; 5]); 2] = [
-        (1622, 1_959_376, [3, 1620, 0, 0, 0]),
-        (2662, 3_214_496, [7, 2654, 0, 0, 0]),
-    ];
 }

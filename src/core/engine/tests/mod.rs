@@ -1,0 +1,10 @@
+//! The engine's tests, by part, all driving it through one harness ([`harness`]).
+
+mod harness;
+mod liveness;
+mod queues;
+mod repair;
+mod routing;
+mod shaping;
+mod warm_up;
+mod whole_path;
