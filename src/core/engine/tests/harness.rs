@@ -389,6 +389,238 @@ pub fn run(lanes: &[LaneSpec], bulk: Bulk, seconds: u64, seed: u64) -> Outcome {
     run_with(Algorithm::Afmt, true, lanes, bulk, seconds, seed)
 }
 
+/// An entry and an exit engine joined by simulated lanes, after quinn-proto's `Pair`:
+/// it finds the next event, and carries what each engine sends to the other.
+pub struct Pair {
+    pub entry: DataPath,
+    pub exit: DataPath,
+    lanes: Vec<SimLane>,
+    rng: Rng,
+    /// (arrival, order, lane, datagram) in flight to the exit.
+    in_flight: BinaryHeap<Reverse<(Instant, u64, usize, Bytes)>>,
+    /// The same back to the entry: the exit's loss reports, too few to queue.
+    in_flight_back: BinaryHeap<Reverse<(Instant, u64, usize, Bytes)>>,
+    order: u64,
+    last_sent: Vec<Instant>,
+    delivered: u64,
+    lost: u64,
+}
+
+impl Pair {
+    /// Engines scheduling by `algorithm`, the entry pacing by [`TABLE`], joined by
+    /// `lanes`, all up at time zero; `seed` seeds the random number generator.
+    pub fn new(algorithm: Algorithm, lanes: &[LaneSpec], seed: u64) -> Pair {
+        let rng = Rng(seed | 1);
+        let mut entry = DataPath::new(config(Role::Entry, algorithm));
+        let mut exit = DataPath::new(config(Role::Exit, algorithm));
+        let table = PacingTable::parse(TABLE.as_bytes()).expect("valid table");
+        entry.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);
+        let sim_lanes: Vec<SimLane> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let uplink = format!("up{i}");
+                let up = LaneUp {
+                    site: "a",
+                    uplink: &uplink,
+                    colour: Colour::Blue,
+                    rank: i as u32,
+                    rate_kbps: Some(spec.rate_bps / 1000),
+                };
+                SimLane {
+                    rate_bps: spec.rate_bps,
+                    one_way: Duration::from_millis(spec.one_way_ms),
+                    jitter: Duration::from_millis(spec.jitter_ms),
+                    last_arrival: Instant::ZERO,
+                    loss: spec.loss_per_mille,
+                    silent_from: spec.silent_from,
+                    entry_id: entry
+                        .handle_lane_up(up.clone(), Instant::ZERO)
+                        .expect("site"),
+                    exit_id: exit.handle_lane_up(up, Instant::ZERO).expect("site"),
+                    free_at: Instant::ZERO,
+                    acks: VecDeque::new(),
+                    acks_heard: 0,
+                    keep_alives: 0,
+                    queued: VecDeque::new(),
+                    dequeued_bytes: 0,
+                    sent_packets: 0,
+                    sent_bytes: 0,
+                }
+            })
+            .collect();
+        Pair {
+            entry,
+            exit,
+            last_sent: vec![Instant::ZERO; sim_lanes.len()],
+            lanes: sim_lanes,
+            rng,
+            in_flight: BinaryHeap::new(),
+            in_flight_back: BinaryHeap::new(),
+            order: 0,
+            delivered: 0,
+            lost: 0,
+        }
+    }
+
+    /// The next instant something happens: `also` (what the caller waits for), a
+    /// datagram's arrival or an engine's timeout.
+    pub fn next_event(&self, also: Option<Instant>) -> Option<Instant> {
+        let next_arrival = self.in_flight.peek().map(|Reverse((t, ..))| *t);
+        let next_back = self.in_flight_back.peek().map(|Reverse((t, ..))| *t);
+        [
+            also,
+            next_arrival,
+            next_back,
+            self.entry.poll_timeout(),
+            self.exit.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Samples the lanes of each engine that wants it.
+    pub fn sample(&mut self, now: Instant) {
+        if self.entry.wants_lane_samples(now) {
+            for l in &mut self.lanes {
+                let sample = l.entry_sample(now, &mut self.rng);
+                self.entry.handle_lane_sample(l.entry_id, sample, now);
+            }
+        }
+        // The exit sends only loss reports back, but it measures the same round trips.
+        if self.exit.wants_lane_samples(now) {
+            for l in &mut self.lanes {
+                let sample = l.sample(now);
+                self.exit.handle_lane_sample(l.exit_id, sample, now);
+            }
+        }
+    }
+
+    /// Hands each engine the datagrams that arrived by `now`, then its timeout.
+    pub fn deliver(&mut self, now: Instant) {
+        while let Some(Reverse((arrival, ..))) = self.in_flight.peek() {
+            if *arrival > now {
+                break;
+            }
+            let Some(Reverse((_, _, lane, datagram))) = self.in_flight.pop() else {
+                break;
+            };
+            self.lanes[lane].acknowledge(now, &mut self.rng);
+            let exit_id = self.lanes[lane].exit_id;
+            self.exit.handle_lane_datagram(exit_id, datagram, now);
+        }
+        while let Some(Reverse((arrival, ..))) = self.in_flight_back.peek() {
+            if *arrival > now {
+                break;
+            }
+            let Some(Reverse((_, _, lane, datagram))) = self.in_flight_back.pop() else {
+                break;
+            };
+            let entry_id = self.lanes[lane].entry_id;
+            self.entry.handle_lane_datagram(entry_id, datagram, now);
+        }
+        self.entry.handle_timeout(now);
+        self.exit.handle_timeout(now);
+    }
+
+    /// Puts what the engines sent on the lanes, each datagram behind the last one
+    /// sent (the entry's) or at once (the exit's loss reports), lost as the lane
+    /// loses them; counts what the exit wrote to its TUN device.
+    pub fn transmit(&mut self, now: Instant) {
+        while let Some(t) = self.exit.poll_transmit() {
+            let lane = self
+                .lanes
+                .iter()
+                .position(|l| l.exit_id == t.lane)
+                .expect("a simulated lane");
+            let l = &self.lanes[lane];
+            let dead = l.silent_from.is_some_and(|s| now >= s);
+            if !dead && self.rng.next(1000) >= l.loss {
+                self.order += 1;
+                let arrival = now + l.one_way;
+                self.in_flight_back
+                    .push(Reverse((arrival, self.order, lane, t.datagram)));
+            }
+        }
+        while let Some(t) = self.entry.poll_transmit() {
+            let lane = self
+                .lanes
+                .iter()
+                .position(|l| l.entry_id == t.lane)
+                .expect("a simulated lane");
+            let l = &mut self.lanes[lane];
+            let len = t.datagram.len() as u64;
+            let departs =
+                l.free_at.max(now) + Duration::from_nanos(len * 8 * 1_000_000_000 / l.rate_bps);
+            l.free_at = departs;
+            l.queued.push_back((departs, len));
+            self.last_sent[lane] = now;
+            let dead = l.silent_from.is_some_and(|s| departs >= s);
+            if !dead && self.rng.next(1000) >= l.loss {
+                self.order += 1;
+                let extra = if l.jitter.is_zero() {
+                    Duration::ZERO
+                } else {
+                    Duration::from_nanos(self.rng.next(l.jitter.as_nanos() as u64 + 1))
+                };
+                l.last_arrival = l.last_arrival.max(departs + l.one_way + extra);
+                let arrival = l.last_arrival;
+                self.in_flight
+                    .push(Reverse((arrival, self.order, lane, t.datagram)));
+            } else {
+                self.lost += 1;
+            }
+        }
+        self.delivered += std::iter::from_fn(|| self.exit.poll_tun_write()).count() as u64;
+    }
+
+    /// What the run did, as the engines count it.
+    pub fn outcome(&self) -> Outcome {
+        let (entry, exit) = (&self.entry, &self.exit);
+        let site = SiteIdx(0);
+        Outcome {
+            lanes: self
+                .lanes
+                .iter()
+                .map(|l| {
+                    let c = entry.lane(l.entry_id).expect("lane").counters;
+                    (l.sent_packets, l.sent_bytes, c.decisions)
+                })
+                .collect(),
+            delivered: self.delivered,
+            reordered: exit.reordered(site),
+            paced_bytes: (1..=PACED_BPS.len())
+                .map(|i| entry.app_counters(site, AppIdx(i as u32)).paced_bytes)
+                .collect(),
+            last_sent: self.last_sent.clone(),
+            dropped: DropReason::ALL.iter().map(|r| entry.dropped(*r)).sum(),
+            lost: self.lost,
+            resent: self.lane_counts(|c| c.resent),
+            repaired: self.lane_counts(|c| c.loss_repaired),
+            stalls: self.lane_counts(|c| c.stalls),
+            out_since: self
+                .lanes
+                .iter()
+                .map(|l| {
+                    let lane = entry.lane(l.entry_id).expect("lane");
+                    (!lane.view.up).then_some(lane.state_since)
+                })
+                .collect(),
+            probes: self.lane_counts(|c| c.probes_sent),
+            reseq: *exit.reseq_counters(site),
+        }
+    }
+
+    /// A count of the entry's lanes, summed.
+    fn lane_counts(&self, count: impl Fn(&LaneCounters) -> u64) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| count(self.entry.lane(l.entry_id).expect("lane").counters))
+            .sum()
+    }
+}
+
 /// Runs `bulk`, plus, when `paced`, one flow per paced application offering 125 % of
 /// its rate, over `lanes`, for `seconds` of virtual time, scheduled by `algorithm`.
 pub fn run_with(
@@ -399,45 +631,7 @@ pub fn run_with(
     seconds: u64,
     seed: u64,
 ) -> Outcome {
-    let mut rng = Rng(seed | 1);
-    let mut entry = DataPath::new(config(Role::Entry, algorithm));
-    let mut exit = DataPath::new(config(Role::Exit, algorithm));
-    let table = PacingTable::parse(TABLE.as_bytes()).expect("valid table");
-    entry.handle_pacing_table(SiteIdx(0), table, Instant::ZERO);
-    let mut sim_lanes: Vec<SimLane> = lanes
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| {
-            let uplink = format!("up{i}");
-            let up = LaneUp {
-                site: "a",
-                uplink: &uplink,
-                colour: Colour::Blue,
-                rank: i as u32,
-                rate_kbps: Some(spec.rate_bps / 1000),
-            };
-            SimLane {
-                rate_bps: spec.rate_bps,
-                one_way: Duration::from_millis(spec.one_way_ms),
-                jitter: Duration::from_millis(spec.jitter_ms),
-                last_arrival: Instant::ZERO,
-                loss: spec.loss_per_mille,
-                silent_from: spec.silent_from,
-                entry_id: entry
-                    .handle_lane_up(up.clone(), Instant::ZERO)
-                    .expect("site"),
-                exit_id: exit.handle_lane_up(up, Instant::ZERO).expect("site"),
-                free_at: Instant::ZERO,
-                acks: VecDeque::new(),
-                acks_heard: 0,
-                keep_alives: 0,
-                queued: VecDeque::new(),
-                dequeued_bytes: 0,
-                sent_packets: 0,
-                sent_bytes: 0,
-            }
-        })
-        .collect();
+    let mut pair = Pair::new(algorithm, lanes, seed);
     let packet_bits = ((PAYLOAD + 28) * 8) as u64;
     let mut flows: Vec<SimFlow> = (0..bulk.flows)
         .map(|i| (40_000 + i as u16, 5001, bulk.flow_bps))
@@ -452,170 +646,39 @@ pub fn run_with(
             src_port,
             dst_port,
             interval: Duration::from_nanos(packet_bits * 1_000_000_000 / bps),
-            next_send: Instant::from_nanos(rng.next(10_000_000)),
+            next_send: Instant::from_nanos(pair.rng.next(10_000_000)),
             burst_left: 0,
         })
         .collect();
     let payload = [0u8; PAYLOAD];
-    // (arrival, order, lane, datagram) in flight to the exit.
-    let mut in_flight: BinaryHeap<Reverse<(Instant, u64, usize, Bytes)>> = BinaryHeap::new();
-    // The same back to the entry: the exit's loss reports, too few to queue.
-    let mut in_flight_back: BinaryHeap<Reverse<(Instant, u64, usize, Bytes)>> = BinaryHeap::new();
-    let mut order = 0u64;
-    let mut last_sent = vec![Instant::ZERO; sim_lanes.len()];
-    let mut delivered = 0;
-    let mut lost = 0;
     let end = at(seconds * 1000);
     loop {
         let next_flow = flows.iter().map(|f| f.next_send).min();
-        let next_arrival = in_flight.peek().map(|Reverse((t, ..))| *t);
-        let next_back = in_flight_back.peek().map(|Reverse((t, ..))| *t);
-        let now = [
-            next_flow,
-            next_arrival,
-            next_back,
-            entry.poll_timeout(),
-            exit.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(end);
+        let now = pair.next_event(next_flow).unwrap_or(end);
         if now >= end {
             break;
         }
-        if entry.wants_lane_samples(now) {
-            for l in &mut sim_lanes {
-                let sample = l.entry_sample(now, &mut rng);
-                entry.handle_lane_sample(l.entry_id, sample, now);
-            }
-        }
-        // The exit sends only loss reports back, but it measures the same round trips.
-        if exit.wants_lane_samples(now) {
-            for l in &mut sim_lanes {
-                let sample = l.sample(now);
-                exit.handle_lane_sample(l.exit_id, sample, now);
-            }
-        }
+        pair.sample(now);
         for f in flows.iter_mut().filter(|f| f.next_send <= now) {
             let mut packet = Vec::with_capacity(PAYLOAD + 28);
             PacketBuilder::ipv4([198, 18, 0, 2], [203, 0, 113, 1], 64)
                 .udp(f.src_port, f.dst_port)
                 .write(&mut packet, &payload)
                 .expect("packet");
-            send(&mut entry, &packet, now);
+            send(&mut pair.entry, &packet, now);
             // Bulk flows send in bursts of 1-64 packets with pauses of up to 20 ms;
             // paced applications send evenly.
             f.next_send = now + f.interval;
             if f.dst_port == 5001 && bulk.bursty {
                 if f.burst_left == 0 {
-                    f.burst_left = 1 + rng.next(64) as u32;
-                    f.next_send = f.next_send + Duration::from_micros(rng.next(20_000));
+                    f.burst_left = 1 + pair.rng.next(64) as u32;
+                    f.next_send = f.next_send + Duration::from_micros(pair.rng.next(20_000));
                 }
                 f.burst_left -= 1;
             }
         }
-        while let Some(Reverse((arrival, ..))) = in_flight.peek() {
-            if *arrival > now {
-                break;
-            }
-            let Some(Reverse((_, _, lane, datagram))) = in_flight.pop() else {
-                break;
-            };
-            sim_lanes[lane].acknowledge(now, &mut rng);
-            exit.handle_lane_datagram(sim_lanes[lane].exit_id, datagram, now);
-        }
-        while let Some(Reverse((arrival, ..))) = in_flight_back.peek() {
-            if *arrival > now {
-                break;
-            }
-            let Some(Reverse((_, _, lane, datagram))) = in_flight_back.pop() else {
-                break;
-            };
-            entry.handle_lane_datagram(sim_lanes[lane].entry_id, datagram, now);
-        }
-        entry.handle_timeout(now);
-        exit.handle_timeout(now);
-        while let Some(t) = exit.poll_transmit() {
-            let lane = sim_lanes
-                .iter()
-                .position(|l| l.exit_id == t.lane)
-                .expect("a simulated lane");
-            let l = &sim_lanes[lane];
-            let dead = l.silent_from.is_some_and(|s| now >= s);
-            if !dead && rng.next(1000) >= l.loss {
-                order += 1;
-                in_flight_back.push(Reverse((now + l.one_way, order, lane, t.datagram)));
-            }
-        }
-        while let Some(t) = entry.poll_transmit() {
-            let lane = sim_lanes
-                .iter()
-                .position(|l| l.entry_id == t.lane)
-                .expect("a simulated lane");
-            let l = &mut sim_lanes[lane];
-            let len = t.datagram.len() as u64;
-            let departs =
-                l.free_at.max(now) + Duration::from_nanos(len * 8 * 1_000_000_000 / l.rate_bps);
-            l.free_at = departs;
-            l.queued.push_back((departs, len));
-            last_sent[lane] = now;
-            let dead = l.silent_from.is_some_and(|s| departs >= s);
-            if !dead && rng.next(1000) >= l.loss {
-                order += 1;
-                let extra = if l.jitter.is_zero() {
-                    Duration::ZERO
-                } else {
-                    Duration::from_nanos(rng.next(l.jitter.as_nanos() as u64 + 1))
-                };
-                l.last_arrival = l.last_arrival.max(departs + l.one_way + extra);
-                in_flight.push(Reverse((l.last_arrival, order, lane, t.datagram)));
-            } else {
-                lost += 1;
-            }
-        }
-        delivered += std::iter::from_fn(|| exit.poll_tun_write()).count() as u64;
+        pair.deliver(now);
+        pair.transmit(now);
     }
-    let site = SiteIdx(0);
-    Outcome {
-        lanes: sim_lanes
-            .iter()
-            .map(|l| {
-                let c = entry.lane(l.entry_id).expect("lane").counters;
-                (l.sent_packets, l.sent_bytes, c.decisions)
-            })
-            .collect(),
-        delivered,
-        reordered: exit.reordered(site),
-        paced_bytes: (1..=PACED_BPS.len())
-            .map(|i| entry.app_counters(site, AppIdx(i as u32)).paced_bytes)
-            .collect(),
-        last_sent,
-        dropped: DropReason::ALL.iter().map(|r| entry.dropped(*r)).sum(),
-        lost,
-        resent: sim_lanes
-            .iter()
-            .map(|l| entry.lane(l.entry_id).expect("lane").counters.resent)
-            .sum(),
-        repaired: sim_lanes
-            .iter()
-            .map(|l| entry.lane(l.entry_id).expect("lane").counters.loss_repaired)
-            .sum(),
-        stalls: sim_lanes
-            .iter()
-            .map(|l| entry.lane(l.entry_id).expect("lane").counters.stalls)
-            .sum(),
-        out_since: sim_lanes
-            .iter()
-            .map(|l| {
-                let lane = entry.lane(l.entry_id).expect("lane");
-                (!lane.view.up).then_some(lane.state_since)
-            })
-            .collect(),
-        probes: sim_lanes
-            .iter()
-            .map(|l| entry.lane(l.entry_id).expect("lane").counters.probes_sent)
-            .sum(),
-        reseq: *exit.reseq_counters(site),
-    }
+    pair.outcome()
 }
