@@ -185,7 +185,7 @@ impl Shaper {
     /// it is dropped. `mtu` is the largest datagram the uplink carries (a queue of one
     /// packet is never a standing queue). `intended` is the wait the scheduler means
     /// packets to have here, which the AQM does not count: AFMT queues on a short
-    /// uplink while a longer one takes more, as in a lane's own queue (`engine.rs`).
+    /// uplink while a longer one takes more, as in a lane's own queue (`engine/forward.rs`).
     pub fn enqueue(
         &mut self,
         datagram: BytesMut,

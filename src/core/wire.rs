@@ -43,7 +43,7 @@ pub const MAX_GAP: u16 = GAP_COPY - 1;
 pub const PROBE: [u8; DATAGRAM_HEADER_LEN] = [0; DATAGRAM_HEADER_LEN];
 
 /// Zeros to pad a probe with: a probe as long as the packets a lane is opened with
-/// (see `engine.rs`, `open_lanes`) is a slice of it. More than a datagram over a
+/// (see `engine/warm_up.rs`, `open_lanes`) is a slice of it. More than a datagram over a
 /// 1500-byte path holds; over jumbo frames the padding is shorter than the packet.
 pub static PROBE_PADDING: [u8; 2048] = [0; 2048];
 

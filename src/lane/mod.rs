@@ -91,7 +91,7 @@ pub fn transport_config(v6_path: bool, uplink: Arc<cc::KnownUplink>) -> quinn::T
         .receive_window(quinn::VarInt::from_u32(2 * MAX_MESSAGE_LEN as u32))
         .congestion_controller_factory(Arc::new(cc::LaneControllerFactory { uplink }));
     // Quick acknowledgements even when little flows, so that a path that died shows
-    // within a few round trips (`engine::EXCHANGES_TO_STALL`).
+    // within a few round trips (`EXCHANGES_TO_STALL` in `core/engine/liveness.rs`).
     let mut acks = quinn::AckFrequencyConfig::default();
     acks.max_ack_delay(Some(PEER_ACK_DELAY));
     t.ack_frequency_config(Some(acks));
