@@ -529,11 +529,7 @@ impl Pair {
     /// loses them; counts what the exit wrote to its TUN device.
     pub fn transmit(&mut self, now: Instant) {
         while let Some(t) = self.exit.poll_transmit() {
-            let lane = self
-                .lanes
-                .iter()
-                .position(|l| l.exit_id == t.lane)
-                .expect("a simulated lane");
+            let lane = self.lane_index(t.lane, true);
             let l = &self.lanes[lane];
             let dead = l.silent_from.is_some_and(|s| now >= s);
             if !dead && self.rng.next(1000) >= l.loss {
@@ -544,11 +540,7 @@ impl Pair {
             }
         }
         while let Some(t) = self.entry.poll_transmit() {
-            let lane = self
-                .lanes
-                .iter()
-                .position(|l| l.entry_id == t.lane)
-                .expect("a simulated lane");
+            let lane = self.lane_index(t.lane, false);
             let l = &mut self.lanes[lane];
             let len = t.datagram.len() as u64;
             let departs =
@@ -573,6 +565,14 @@ impl Pair {
             }
         }
         self.delivered += std::iter::from_fn(|| self.exit.poll_tun_write()).count() as u64;
+    }
+
+    /// The index of the simulated lane whose exit's (or entry's) id is `id`.
+    fn lane_index(&self, id: LaneId, at_exit: bool) -> usize {
+        self.lanes
+            .iter()
+            .position(|l| id == if at_exit { l.exit_id } else { l.entry_id })
+            .expect("a simulated lane")
     }
 
     /// What the run did, as the engines count it.
