@@ -114,7 +114,7 @@ impl DataPath {
     /// one and cut their windows, which CUBIC over a 130 ms round trip took seconds
     /// to regrow (the AFMT paper's delay variant: 5.7–7.5 MiB/s in the background
     /// flow's seconds, 70.0–83.8 % of the capacity left in ten rounds; 6.7–7.4 and
-    /// 78.5–84.2 % with this; README, "Lost packets sent again"). Sent again over
+    /// 78.5–84.2 % with this; docs/design/failover.md). Sent again over
     /// the lane where it arrives first, the packet mostly fills its gap before the
     /// receiver stops waiting for it, and the inner flows do not see the loss; the
     /// lane's own window still does.

@@ -34,7 +34,7 @@ impl DataPath {
     /// the site's first flows overran the short ones' queues, and CUBIC then spent
     /// seconds regrowing from that first loss (the AFMT paper's delay variant: 4.0
     /// MiB in its first second and 74.0 % of the capacity left on average, against
-    /// 5.8 and 76.9 with the warm-up; README, "Lanes that warm up as they come up").
+    /// 5.8 and 76.9 with the warm-up; docs/design/afmt-and-striping.md).
     /// Blue only: green lanes carry sparse low-delay packets and are never striped,
     /// and their padding would only crowd the same uplinks.
     pub(super) fn warm_up(&mut self, lane: LaneId, now: Instant) {
@@ -81,8 +81,7 @@ impl DataPath {
     /// a long lane of unknown rate stayed at a few packets' window while one
     /// download ramped up over the shorter ones, and the download met its first loss
     /// where it overran them (one download over 10, 30 and 60 ms: the 60 ms lane's
-    /// window at 15-90 kB for seconds, 40-67 % of the uplinks' sum; README, "What ends
-    /// the inner flow's ramp"). Padding fills that lane's window while the site has
+    /// window at 15-90 kB for seconds, 40-67 % of the uplinks' sum; docs/design/afmt-and-striping.md). Padding fills that lane's window while the site has
     /// more to send than the others take, so it opens at its uplink's pace, and no
     /// packet of the site waits behind it: the padding only goes where nothing is
     /// queued, and striping counts it as queued. It stops for good at the lane's first

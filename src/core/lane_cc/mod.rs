@@ -88,7 +88,7 @@ pub fn queue_target(min_rtt: Duration) -> Duration {
 /// The most a lane starts at over an uplink of known rate: a gigabit line's 134 ms.
 /// The exit takes the rate from the site's hello, so this also bounds what a site
 /// can make it start with. A lane of unknown rate warms up to at most this too
-/// (`DataPath::warm_up` in `engine.rs`).
+/// (`DataPath::warm_up` in `engine/warm_up.rs`).
 pub const MAX_START_WINDOW: u64 = 16 * 1024 * 1024;
 /// How far above the lowest RTT the round trips of a loaded lane sit over an uplink
 /// whose one-way delay varies by `spread` each way without a queue: all of it on the
