@@ -6,7 +6,7 @@
 use std::sync::{Arc, OnceLock};
 
 use braid::control::admin::{Admin, serve_connection};
-use braid::driver::DriverCommand;
+use braid::control::command::DriverCommand;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::AsyncWriteExt;
 use tokio::runtime::Runtime;
