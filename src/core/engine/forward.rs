@@ -9,6 +9,7 @@ use crate::core::icmp;
 use crate::core::lane::{Colour, longest_one_way};
 use crate::core::pacing_table::AppIdx;
 use crate::core::packet::PacketInfo;
+use crate::core::sched::PickContext;
 use crate::core::shaper::ShapeDrop;
 use crate::core::site::SiteIdx;
 use crate::core::stats::DropReason;
@@ -47,9 +48,13 @@ impl DataPath {
             }
         }
         let scheduler = &mut site.schedulers[colour as usize];
-        let Some(mut pick) =
-            scheduler.pick(flow, info.len, site.tx_seq, &site.lanes[lanes.clone()], now)
-        else {
+        let Some(mut pick) = scheduler.pick(&PickContext {
+            flow,
+            len: info.len,
+            seq: site.tx_seq,
+            lanes: &site.lanes[lanes.clone()],
+            now,
+        }) else {
             return self.count_drop(DropReason::NoLane);
         };
         pick.lane += lanes.start;

@@ -58,7 +58,7 @@
 
 use std::time::Duration;
 
-use super::{DecisionKind, Pick, Scheduler, least_weighted_fill};
+use super::{DecisionKind, Pick, PickContext, Scheduler, least_weighted_fill};
 use crate::core::flow::FlowTable;
 use crate::core::lane::{LaneId, LaneView, longest_one_way};
 use crate::core::packet::FlowKey;
@@ -232,14 +232,14 @@ fn remove_flow(flows_on: &mut Vec<(LaneId, u64)>, lane: LaneId) {
 }
 
 impl Scheduler for Afmt {
-    fn pick(
-        &mut self,
-        flow: FlowKey,
-        len: usize,
-        seq: u32,
-        lanes: &[LaneView],
-        now: Instant,
-    ) -> Option<Pick> {
+    fn pick(&mut self, cx: &PickContext<'_>) -> Option<Pick> {
+        let PickContext {
+            flow,
+            len,
+            seq,
+            lanes,
+            now,
+        } = *cx;
         self.expire(now);
         let known = self.flows.get(flow);
         // The lane this flow is counted on while busy.
@@ -451,7 +451,7 @@ mod tests {
             lane(2, 20, 10_000, 4000),
         ];
         let p = afmt()
-            .pick(FlowKey(1), 1000, 0, &lanes, at(0))
+            .pick(&PickContext::test(FlowKey(1), 1000, 0, &lanes, at(0)))
             .expect("pick");
         assert_eq!(
             p,
@@ -470,7 +470,7 @@ mod tests {
         lanes[1 - on].up = false;
         for &f in flows {
             assert_eq!(
-                s.pick(FlowKey(f), 1000, 0, &lanes, at(0))
+                s.pick(&PickContext::test(FlowKey(f), 1000, 0, &lanes, at(0)))
                     .expect("pick")
                     .lane,
                 on
@@ -486,14 +486,18 @@ mod tests {
         let mut lanes = flows_started_on(&mut s, 0, &[7, 8]);
         // Lane 0 keeps up (fill at most half the cwnd): its flows stay.
         lanes[0].fill = 5000;
-        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // Lane 0 backs up with 10 000 bytes: its delay is 10 + 10 000 * 10 / 10 000 =
         // 20 ms, its weighted fill 11 times 2 busy flows against lane 1's 5. Lane 1
         // (50 ms) is slower than 20 ms plus the margin (2 ms + 20/8 ms), so flow 7 may
         // move there without overtaking its previous packet.
         lanes[0].fill = 10_000;
-        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
@@ -504,19 +508,21 @@ mod tests {
         );
         // Now each lane carries one busy flow: flow 8 stays however backed up lane 0 is.
         lanes[0].fill = 100_000;
-        let p = s.pick(FlowKey(8), 1000, 0, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(8), 1000, 0, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // The slow lane keeps up with flow 7, so it stays there until it pauses for
         // longer than that lane's delay plus the margin, 50 + 2 + 50/8 = 58.25 ms.
         lanes[0].fill = 0;
         let p = s
-            .pick(FlowKey(7), 1000, 0, &lanes, at(1 + 58))
+            .pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(1 + 58)))
             .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // After the pause every lane is applicable: lane 0's weighted fill, 1 times 2
         // busy flows (flow 8 and this one), beats lane 1's 5.
         let p = s
-            .pick(FlowKey(7), 1000, 0, &lanes, at(59 + 59))
+            .pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(59 + 59)))
             .expect("pick");
         assert_eq!(
             p,
@@ -534,14 +540,16 @@ mod tests {
         let mut lanes = flows_started_on(&mut s, 0, &[7, 8, 9]);
         lanes[0].fill = 20_000;
         assert_eq!(
-            s.pick(FlowKey(7), 1000, 0, &lanes, at(1))
+            s.pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(1)))
                 .expect("pick")
                 .lane,
             1
         );
         // Lane 0 still carries two busy flows to lane 1's one: flow 8 may not follow,
         // lane 1 would then carry as many and the lanes could trade flows back and forth.
-        let p = s.pick(FlowKey(8), 1000, 0, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(8), 1000, 0, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
 
         // Two bulk flows on the slow lane, which backs up, and the fast lane empty: no
@@ -550,10 +558,14 @@ mod tests {
         let mut s = afmt();
         let mut lanes = flows_started_on(&mut s, 1, &[7, 8]);
         lanes[1].fill = 4000;
-        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane, "lane 1 keeps up");
         lanes[1].fill = 20_000;
-        let p = s.pick(FlowKey(7), 1000, 0, &lanes, at(2)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 0, &lanes, at(2)))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
@@ -562,7 +574,9 @@ mod tests {
                 gap: 0
             }
         );
-        let p = s.pick(FlowKey(8), 1000, 0, &lanes, at(2)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(8), 1000, 0, &lanes, at(2)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane, "one busy flow each");
     }
 
@@ -574,7 +588,9 @@ mod tests {
         // Arrival on lane 0: 10/2 + 1000 * 10/10 000 = 6 ms; on lane 1: 50/2 + 21 000
         // * 50/10 000 = 130 ms. Its previous packet was number 0, this one is 5.
         lanes[1].fill = 20_000;
-        let p = s.pick(FlowKey(7), 1000, 5, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 5, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
@@ -585,36 +601,52 @@ mod tests {
         );
         // Striped, every packet names its predecessor; one that was not sent after all
         // is not named.
-        let p = s.pick(FlowKey(7), 1000, 6, &lanes, at(2)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 6, &lanes, at(2)))
+            .expect("pick");
         assert_eq!((p.kind, p.gap), (DecisionKind::Stripe, 1));
         s.unsent(FlowKey(7));
         lanes[0].fill = 200_000;
-        let p = s.pick(FlowKey(7), 1000, 7, &lanes, at(3)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 7, &lanes, at(3)))
+            .expect("pick");
         assert_eq!((p.lane, p.kind, p.gap), (1, DecisionKind::Stripe, 2));
         // After a pause longer than the slowest lane takes (lane 0 now: 10 + 200 000 *
         // 10/10 000 = 210 ms, plus the margin), the flow is a flowlet again, and still
         // numbered, as it was striped: the estimate may be wrong, and the receiver
         // holds the packet only if its predecessor is late.
         let p = s
-            .pick(FlowKey(7), 1000, 8, &lanes, at(3 + 240))
+            .pick(&PickContext::test(FlowKey(7), 1000, 8, &lanes, at(3 + 240)))
             .expect("pick");
         assert_eq!((p.lane, p.kind, p.gap), (1, DecisionKind::SameLane, 1));
         // Its next pause, no longer striped, ends the numbering.
         let p = s
-            .pick(FlowKey(7), 1000, 9, &lanes, at(243 + 240))
+            .pick(&PickContext::test(
+                FlowKey(7),
+                1000,
+                9,
+                &lanes,
+                at(243 + 240),
+            ))
             .expect("pick");
         assert_eq!((p.kind, p.gap), (DecisionKind::SameLane, 0));
         // A flow that was never moved is not numbered, pause or not.
-        let p = s.pick(FlowKey(9), 1000, 10, &lanes, at(250)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(9), 1000, 10, &lanes, at(250)))
+            .expect("pick");
         assert_eq!(p.gap, 0);
-        let p = s.pick(FlowKey(9), 1000, 11, &lanes, at(500)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(9), 1000, 11, &lanes, at(500)))
+            .expect("pick");
         assert_eq!((p.kind, p.gap), (DecisionKind::SameLane, 0));
 
         // The paper's AFMT leaves a single flow on its lane, however backed up.
         let mut s = afmt();
         let mut lanes = flows_started_on(&mut s, 1, &[7]);
         lanes[1].fill = 20_000;
-        let p = s.pick(FlowKey(7), 1000, 5, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 5, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
@@ -639,14 +671,16 @@ mod tests {
         let mut s = striping();
         let lanes = two_equal_lanes(at(0));
         let first = s
-            .pick(FlowKey(7), 1400, 0, &lanes, at(0))
+            .pick(&PickContext::test(FlowKey(7), 1400, 0, &lanes, at(0)))
             .expect("pick")
             .lane;
         // Neither lane is full, so only the flow's size can make it stripe: the first
         // 128 KiB of a burst stay on their lane.
         let packets = (BULK_BYTES / 1400) as u32;
         for seq in 1..packets {
-            let p = s.pick(FlowKey(7), 1400, seq, &lanes, at(1)).expect("pick");
+            let p = s
+                .pick(&PickContext::test(FlowKey(7), 1400, seq, &lanes, at(1)))
+                .expect("pick");
             assert_eq!(
                 (p.lane, p.kind),
                 (first, DecisionKind::SameLane),
@@ -658,7 +692,13 @@ mod tests {
         let mut busier = lanes;
         busier[first].fill = 1400;
         let p = s
-            .pick(FlowKey(7), 1400, packets, &busier, at(1))
+            .pick(&PickContext::test(
+                FlowKey(7),
+                1400,
+                packets,
+                &busier,
+                at(1),
+            ))
             .expect("pick");
         assert_eq!((p.lane, p.kind), (1 - first, DecisionKind::Stripe));
 
@@ -667,15 +707,24 @@ mod tests {
         let mut s = striping();
         let mut lanes = two_equal_lanes(at(0));
         lanes[1 - first].up = false;
-        s.pick(FlowKey(8), 1400, 0, &lanes, at(0)).expect("pick");
+        s.pick(&PickContext::test(FlowKey(8), 1400, 0, &lanes, at(0)))
+            .expect("pick");
         for seq in 0..=packets {
-            let p = s.pick(FlowKey(7), 1400, seq, &lanes, at(1)).expect("pick");
+            let p = s
+                .pick(&PickContext::test(FlowKey(7), 1400, seq, &lanes, at(1)))
+                .expect("pick");
             assert_eq!(p.lane, first);
         }
         lanes[1 - first].up = true;
         lanes[first].fill = 1400;
         let p = s
-            .pick(FlowKey(7), 1400, packets + 1, &lanes, at(1))
+            .pick(&PickContext::test(
+                FlowKey(7),
+                1400,
+                packets + 1,
+                &lanes,
+                at(1),
+            ))
             .expect("pick");
         assert_eq!((p.lane, p.kind), (first, DecisionKind::SameLane));
     }
@@ -812,17 +861,23 @@ mod tests {
         lanes[1].min_srtt = Duration::from_millis(50);
         // 5 ms above the lowest (2 ms and a sixteenth of 50) is still no queue...
         lanes[1].srtt = Duration::from_millis(55);
-        let p = s.pick(FlowKey(7), 1000, 1, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 1, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // ...beyond it the lane carries all it can, but lane 0 has no room either
         // (6 ms to drain its queue): striping would only move queues around.
         lanes[1].srtt = Duration::from_millis(60);
         lanes[0].fill = 6_000;
-        let p = s.pick(FlowKey(7), 1000, 2, &lanes, at(2)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 2, &lanes, at(2)))
+            .expect("pick");
         assert_eq!(p.kind, DecisionKind::SameLane);
         // Lane 0 has room again: the flow spreads.
         lanes[0].fill = 0;
-        let p = s.pick(FlowKey(7), 1000, 3, &lanes, at(3)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 3, &lanes, at(3)))
+            .expect("pick");
         assert_eq!((p.lane, p.kind, p.gap), (0, DecisionKind::Stripe, 1));
     }
 
@@ -833,7 +888,7 @@ mod tests {
         let mut lanes = [lane(0, 11, 1000, 0), lane(1, 10, 1000, 0)];
         lanes[1].up = false;
         assert_eq!(
-            s.pick(FlowKey(1), 1000, 0, &lanes, at(0))
+            s.pick(&PickContext::test(FlowKey(1), 1000, 0, &lanes, at(0)))
                 .expect("pick")
                 .lane,
             0
@@ -843,7 +898,7 @@ mod tests {
         // twice (22 against 10 and then 20): flows 2 and 3 go to lane 1.
         for f in [2, 3] {
             assert_eq!(
-                s.pick(FlowKey(f), 1000, 0, &lanes, at(499))
+                s.pick(&PickContext::test(FlowKey(f), 1000, 0, &lanes, at(499)))
                     .expect("pick")
                     .lane,
                 1
@@ -852,7 +907,7 @@ mod tests {
         // From then on flow 1 is quiet (though still in the flow table): lane 0's 11
         // beats lane 1's 3 times 10.
         assert_eq!(
-            s.pick(FlowKey(4), 1000, 0, &lanes, at(500))
+            s.pick(&PickContext::test(FlowKey(4), 1000, 0, &lanes, at(500)))
                 .expect("pick")
                 .lane,
             0
@@ -865,13 +920,15 @@ mod tests {
         let mut s = afmt();
         let mut lanes = [lane(0, 10, 10_000, 0), lane(1, 50, 10_000, 0)];
         assert_eq!(
-            s.pick(FlowKey(3), 1000, 0, &lanes, at(0))
+            s.pick(&PickContext::test(FlowKey(3), 1000, 0, &lanes, at(0)))
                 .expect("pick")
                 .lane,
             0
         );
         lanes[0].up = false;
-        let p = s.pick(FlowKey(3), 1000, 0, &lanes, at(1)).expect("pick");
+        let p = s
+            .pick(&PickContext::test(FlowKey(3), 1000, 0, &lanes, at(1)))
+            .expect("pick");
         assert_eq!(
             p,
             Pick {
@@ -881,23 +938,26 @@ mod tests {
             }
         );
         lanes[1].up = false;
-        assert_eq!(s.pick(FlowKey(3), 1000, 0, &lanes, at(2)), None);
+        assert_eq!(
+            s.pick(&PickContext::test(FlowKey(3), 1000, 0, &lanes, at(2))),
+            None
+        );
     }
 
     #[test]
     fn an_idle_flow_expires_and_is_new_again() {
         let mut s = Afmt::new(Duration::from_millis(100), 10, true);
         let lanes = [lane(0, 10, 10_000, 0)];
-        s.pick(FlowKey(1), 100, 0, &lanes, at(0));
+        s.pick(&PickContext::test(FlowKey(1), 100, 0, &lanes, at(0)));
         assert_eq!(s.flows(), 1);
         assert_eq!(
-            s.pick(FlowKey(1), 100, 0, &lanes, at(99))
+            s.pick(&PickContext::test(FlowKey(1), 100, 0, &lanes, at(99)))
                 .expect("pick")
                 .kind,
             DecisionKind::SameLane
         );
         assert_eq!(
-            s.pick(FlowKey(1), 100, 0, &lanes, at(199))
+            s.pick(&PickContext::test(FlowKey(1), 100, 0, &lanes, at(199)))
                 .expect("pick")
                 .kind,
             DecisionKind::NewFlow
@@ -914,7 +974,7 @@ mod tests {
         ];
         let picks: Vec<usize> = (0..6)
             .map(|f| {
-                s.pick(FlowKey(f), 100, 0, &lanes, at(0))
+                s.pick(&PickContext::test(FlowKey(f), 100, 0, &lanes, at(0)))
                     .expect("pick")
                     .lane
             })
@@ -922,18 +982,18 @@ mod tests {
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         // A flow that expired no longer counts for its lane.
         let mut s = Afmt::new(Duration::from_millis(10), 100, true);
-        s.pick(FlowKey(1), 100, 0, &lanes, at(0));
+        s.pick(&PickContext::test(FlowKey(1), 100, 0, &lanes, at(0)));
         assert_eq!(
-            s.pick(FlowKey(2), 100, 0, &lanes, at(20))
+            s.pick(&PickContext::test(FlowKey(2), 100, 0, &lanes, at(20)))
                 .expect("pick")
                 .lane,
             0
         );
         // Neither does an evicted one: flow 2 avoids flow 1's lane, then evicts flow 1.
         let mut s = Afmt::new(Duration::from_secs(10), 1, true);
-        s.pick(FlowKey(1), 100, 0, &lanes, at(0));
+        s.pick(&PickContext::test(FlowKey(1), 100, 0, &lanes, at(0)));
         assert_eq!(
-            s.pick(FlowKey(2), 100, 0, &lanes, at(1))
+            s.pick(&PickContext::test(FlowKey(2), 100, 0, &lanes, at(1)))
                 .expect("pick")
                 .lane,
             1
@@ -946,7 +1006,7 @@ mod tests {
         let lanes = [lane(0, 10, 10_000, 0), lane(1, 10, 10_000, 0)];
         assert_eq!(
             afmt()
-                .pick(FlowKey(1), 100, 0, &lanes, at(0))
+                .pick(&PickContext::test(FlowKey(1), 100, 0, &lanes, at(0)))
                 .expect("pick")
                 .lane,
             0

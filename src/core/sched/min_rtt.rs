@@ -2,22 +2,13 @@
 //! queue inside braid is below its congestion window; if every lane is that full, the
 //! lowest SRTT among all lanes that are up.
 
-use super::{Pick, Scheduler};
-use crate::core::lane::LaneView;
-use crate::core::packet::FlowKey;
-use crate::core::time::Instant;
+use super::{Pick, PickContext, Scheduler};
 
 pub struct MinRtt;
 
 impl Scheduler for MinRtt {
-    fn pick(
-        &mut self,
-        _: FlowKey,
-        _: usize,
-        _: u32,
-        lanes: &[LaneView],
-        _: Instant,
-    ) -> Option<Pick> {
+    fn pick(&mut self, cx: &PickContext<'_>) -> Option<Pick> {
+        let lanes = cx.lanes;
         let lowest = |room_only: bool| {
             lanes
                 .iter()
@@ -34,7 +25,9 @@ impl Scheduler for MinRtt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::packet::FlowKey;
     use crate::core::sched::testing::lane;
+    use crate::core::time::Instant;
 
     #[test]
     fn lowest_rtt_with_room_wins_and_full_lanes_are_skipped() {
@@ -45,7 +38,13 @@ mod tests {
         ];
         assert_eq!(
             MinRtt
-                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
+                .pick(&PickContext::test(
+                    FlowKey(1),
+                    100,
+                    0,
+                    &lanes,
+                    Instant::ZERO
+                ))
                 .expect("pick")
                 .lane,
             2
@@ -53,7 +52,7 @@ mod tests {
         let full = [lane(0, 30, 10_000, 20_000), lane(1, 10, 10_000, 10_000)];
         assert_eq!(
             MinRtt
-                .pick(FlowKey(1), 100, 0, &full, Instant::ZERO)
+                .pick(&PickContext::test(FlowKey(1), 100, 0, &full, Instant::ZERO))
                 .expect("pick")
                 .lane,
             1

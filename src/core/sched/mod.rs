@@ -83,19 +83,39 @@ impl Pick {
     }
 }
 
+/// What a scheduler decides on: one packet and the lanes it may take.
+#[derive(Debug, Clone, Copy)]
+pub struct PickContext<'a> {
+    /// The packet's flow.
+    pub flow: FlowKey,
+    /// The packet's length in bytes.
+    pub len: usize,
+    /// The site-wide sequence number the packet will carry.
+    pub seq: u32,
+    /// The lanes it may take; [`Pick::lane`] indexes them.
+    pub lanes: &'a [LaneView],
+    pub now: Instant,
+}
+
+#[cfg(test)]
+impl<'a> PickContext<'a> {
+    /// A packet of `len` bytes of `flow`, numbered `seq`, over `lanes` at `now`.
+    pub fn test(flow: FlowKey, len: usize, seq: u32, lanes: &'a [LaneView], now: Instant) -> Self {
+        PickContext {
+            flow,
+            len,
+            seq,
+            lanes,
+            now,
+        }
+    }
+}
+
 /// A per-packet lane choice.
 pub trait Scheduler: Send {
-    /// The lane (index into `lanes`) that should carry a packet of `flow` of `len`
-    /// bytes, which will carry the site-wide sequence number `seq`, or `None` when no
-    /// lane is up.
-    fn pick(
-        &mut self,
-        flow: FlowKey,
-        len: usize,
-        seq: u32,
-        lanes: &[LaneView],
-        now: Instant,
-    ) -> Option<Pick>;
+    /// The lane (index into `cx.lanes`) that should carry the packet, or `None` when
+    /// no lane is up.
+    fn pick(&mut self, cx: &PickContext<'_>) -> Option<Pick>;
 
     /// The packet of the last [`Scheduler::pick`] for `flow` was not sent after all
     /// (dropped on its lane): forget that it was.

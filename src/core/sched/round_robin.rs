@@ -1,9 +1,6 @@
 //! Round-robin over the lanes that are up: the AFMT paper's baseline.
 
-use super::{Pick, Scheduler};
-use crate::core::lane::LaneView;
-use crate::core::packet::FlowKey;
-use crate::core::time::Instant;
+use super::{Pick, PickContext, Scheduler};
 
 /// Gives each live lane one packet in turn, whatever the flow or lane state.
 #[derive(Debug, Default)]
@@ -12,14 +9,8 @@ pub struct RoundRobin {
 }
 
 impl Scheduler for RoundRobin {
-    fn pick(
-        &mut self,
-        _: FlowKey,
-        _: usize,
-        _: u32,
-        lanes: &[LaneView],
-        _: Instant,
-    ) -> Option<Pick> {
+    fn pick(&mut self, cx: &PickContext<'_>) -> Option<Pick> {
+        let lanes = cx.lanes;
         let n = lanes.len();
         let lane = (0..n).map(|k| (self.next + k) % n).find(|&i| lanes[i].up)?;
         self.next = lane + 1;
@@ -30,7 +21,10 @@ impl Scheduler for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::lane::LaneView;
     use crate::core::lane::{Colour, LaneId};
+    use crate::core::packet::FlowKey;
+    use crate::core::time::Instant;
 
     fn lanes(up: &[bool]) -> Vec<LaneView> {
         up.iter()
@@ -48,7 +42,7 @@ mod tests {
         let l = lanes(&[true, false, true, true]);
         let picks: Vec<_> = (0..6)
             .map(|_| {
-                rr.pick(FlowKey(1), 100, 0, &l, Instant::ZERO)
+                rr.pick(&PickContext::test(FlowKey(1), 100, 0, &l, Instant::ZERO))
                     .expect("a lane is up")
                     .lane
             })
@@ -60,9 +54,18 @@ mod tests {
     fn no_live_lane_means_no_pick() {
         let mut rr = RoundRobin::default();
         assert_eq!(
-            rr.pick(FlowKey(1), 100, 0, &lanes(&[false, false]), Instant::ZERO),
+            rr.pick(&PickContext::test(
+                FlowKey(1),
+                100,
+                0,
+                &lanes(&[false, false]),
+                Instant::ZERO
+            )),
             None
         );
-        assert_eq!(rr.pick(FlowKey(1), 100, 0, &[], Instant::ZERO), None);
+        assert_eq!(
+            rr.pick(&PickContext::test(FlowKey(1), 100, 0, &[], Instant::ZERO)),
+            None
+        );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Algorithm, DecisionKind};
+use super::{Algorithm, DecisionKind, PickContext};
 use crate::core::lane::{Colour, LaneId, LaneView};
 use crate::core::packet::FlowKey;
 use crate::core::time::Instant;
@@ -106,13 +106,13 @@ pub fn run(
             view.fill = lane.free_at.saturating_sub(now) * (lane.rate_bps / 8) / 1_000_000_000;
         }
         let pick = scheduler
-            .pick(
-                FlowKey(f as u64),
-                PACKET as usize,
-                0,
-                &views,
-                Instant::from_nanos(now),
-            )
+            .pick(&PickContext {
+                flow: FlowKey(f as u64),
+                len: PACKET as usize,
+                seq: 0,
+                lanes: &views,
+                now: Instant::from_nanos(now),
+            })
             .expect("lanes are up");
         if pick.kind == DecisionKind::Switch {
             switches += 1;

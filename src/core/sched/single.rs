@@ -1,21 +1,12 @@
 //! Active/backup: every packet on the first uplink (in configuration order) that is up.
 
-use super::{Pick, Scheduler};
-use crate::core::lane::LaneView;
-use crate::core::packet::FlowKey;
-use crate::core::time::Instant;
+use super::{Pick, PickContext, Scheduler};
 
 pub struct Single;
 
 impl Scheduler for Single {
-    fn pick(
-        &mut self,
-        _: FlowKey,
-        _: usize,
-        _: u32,
-        lanes: &[LaneView],
-        _: Instant,
-    ) -> Option<Pick> {
+    fn pick(&mut self, cx: &PickContext<'_>) -> Option<Pick> {
+        let lanes = cx.lanes;
         let (lane, _) = lanes
             .iter()
             .enumerate()
@@ -28,7 +19,9 @@ impl Scheduler for Single {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::packet::FlowKey;
     use crate::core::sched::testing::lane;
+    use crate::core::time::Instant;
 
     #[test]
     fn the_first_configured_uplink_that_is_up_carries_everything() {
@@ -37,7 +30,13 @@ mod tests {
         lanes[1].rank = 0;
         assert_eq!(
             Single
-                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
+                .pick(&PickContext::test(
+                    FlowKey(1),
+                    100,
+                    0,
+                    &lanes,
+                    Instant::ZERO
+                ))
                 .expect("pick")
                 .lane,
             1
@@ -45,7 +44,13 @@ mod tests {
         lanes[1].up = false;
         assert_eq!(
             Single
-                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
+                .pick(&PickContext::test(
+                    FlowKey(1),
+                    100,
+                    0,
+                    &lanes,
+                    Instant::ZERO
+                ))
                 .expect("pick")
                 .lane,
             0

@@ -2,10 +2,8 @@
 //! without a known rate weigh as much as the average of those with one (all alike
 //! when no rate is known).
 
-use super::{Pick, Scheduler};
-use crate::core::lane::{LaneId, LaneView};
-use crate::core::packet::FlowKey;
-use crate::core::time::Instant;
+use super::{Pick, PickContext, Scheduler};
+use crate::core::lane::LaneId;
 
 #[derive(Debug, Default)]
 pub struct WeightedRoundRobin {
@@ -14,14 +12,8 @@ pub struct WeightedRoundRobin {
 }
 
 impl Scheduler for WeightedRoundRobin {
-    fn pick(
-        &mut self,
-        _: FlowKey,
-        _: usize,
-        _: u32,
-        lanes: &[LaneView],
-        _: Instant,
-    ) -> Option<Pick> {
+    fn pick(&mut self, cx: &PickContext<'_>) -> Option<Pick> {
+        let lanes = cx.lanes;
         // Per packet: sum and count the known rates without collecting them.
         let (sum, n) = lanes
             .iter()
@@ -62,7 +54,9 @@ impl Scheduler for WeightedRoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::packet::FlowKey;
     use crate::core::sched::testing::lane;
+    use crate::core::time::Instant;
 
     #[test]
     fn shares_follow_the_rates_and_interleave() {
@@ -78,9 +72,15 @@ mod tests {
         let mut count = [0; 3];
         let picks: Vec<usize> = (0..98)
             .map(|_| {
-                wrr.pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
-                    .expect("pick")
-                    .lane
+                wrr.pick(&PickContext::test(
+                    FlowKey(1),
+                    100,
+                    0,
+                    &lanes,
+                    Instant::ZERO,
+                ))
+                .expect("pick")
+                .lane
             })
             .collect();
         for p in &picks {
@@ -109,7 +109,13 @@ mod tests {
         let mut count = [0; 3];
         for _ in 0..40 {
             count[wrr
-                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
+                .pick(&PickContext::test(
+                    FlowKey(1),
+                    100,
+                    0,
+                    &lanes,
+                    Instant::ZERO,
+                ))
                 .expect("pick")
                 .lane] += 1;
         }
@@ -118,7 +124,13 @@ mod tests {
         let mut count = [0; 3];
         for _ in 0..60 {
             count[wrr
-                .pick(FlowKey(1), 100, 0, &lanes, Instant::ZERO)
+                .pick(&PickContext::test(
+                    FlowKey(1),
+                    100,
+                    0,
+                    &lanes,
+                    Instant::ZERO,
+                ))
                 .expect("pick")
                 .lane] += 1;
         }
