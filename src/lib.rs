@@ -12,6 +12,9 @@ pub mod control;
 pub mod core;
 #[cfg(test)]
 mod core_purity;
+/// `braid demo`, and the namespace testbed that it and the integration tests drive:
+/// public for those tests, not a library API.
+#[doc(hidden)]
 pub mod demo;
 pub mod dispatch;
 pub mod driver;
@@ -20,6 +23,5 @@ pub mod logging;
 pub mod notify;
 pub mod reload;
 pub mod sys;
-pub mod testbed;
 pub mod tun;
 pub mod tun_writer;

@@ -8,7 +8,7 @@ use std::process::Output;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use braid::testbed::Ready;
+pub use braid::demo::testbed::Ready;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -30,10 +30,10 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A testbed of the shared harness (`braid::testbed`), built while holding the
+/// A testbed of the shared harness (`braid::demo::testbed`), built while holding the
 /// process-wide lock; every failure panics with the gateways' logs.
 pub struct Testbed {
-    inner: braid::testbed::Testbed,
+    inner: braid::demo::testbed::Testbed,
     pub name: String,
     pub state: PathBuf,
     _lock: MutexGuard<'static, ()>,
@@ -51,8 +51,8 @@ impl Testbed {
         env.push(("BRAID", braid_bin()));
         env.push(("LINKEMU", env!("CARGO_BIN_EXE_braid-linkemu")));
         let script = repo().join("integration/testbed.sh");
-        let inner =
-            braid::testbed::Testbed::up(name, &script, &env).unwrap_or_else(|e| panic!("{e:#}"));
+        let inner = braid::demo::testbed::Testbed::up(name, &script, &env)
+            .unwrap_or_else(|e| panic!("{e:#}"));
         Testbed {
             inner,
             name: name.to_string(),
@@ -235,7 +235,7 @@ impl Testbed {
     pub fn metric(&self, role: &str, sample: &str) -> f64 {
         let metrics = self.inner.metrics(role);
         let metrics = self.check(metrics);
-        braid::testbed::sample(&metrics, sample)
+        braid::demo::testbed::sample(&metrics, sample)
             .unwrap_or_else(|| panic!("{role} exports no sample {sample}:\n{metrics}"))
     }
 }
@@ -256,7 +256,7 @@ pub fn eventually(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 /// Runs `f` on a thread inside the namespace `ns`, so that its sockets live there.
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    braid::testbed::in_netns(ns, f).unwrap_or_else(|e| panic!("{e:#}"))
+    braid::demo::testbed::in_netns(ns, f).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Parses "received BYTES SHA SECONDS" or "sent BYTES SHA" from a helper's output.

@@ -3,6 +3,8 @@
 //! bulk TCP downloads, a live per-uplink table, and a clean teardown on exit, Ctrl-C or
 //! failure. Needs root, iproute2 and iperf3 (`integration/testbed.sh deps`).
 
+pub mod testbed;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::testbed::{self, Ready, Testbed};
+use testbed::{Ready, Testbed};
 
 const NAME: &str = "braid-demo";
 const RATES: [u32; 3] = [16, 32, 50];

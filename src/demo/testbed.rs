@@ -16,8 +16,8 @@ use anyhow::{Context, bail};
 /// The testbed scripts, built into the binary so that the demo runs from anywhere:
 /// `testbed.sh` and the `uplink.sh` it runs beside it.
 const SCRIPTS: [(&str, &str); 2] = [
-    ("testbed.sh", include_str!("../integration/testbed.sh")),
-    ("uplink.sh", include_str!("../integration/uplink.sh")),
+    ("testbed.sh", include_str!("../../integration/testbed.sh")),
+    ("uplink.sh", include_str!("../../integration/uplink.sh")),
 ];
 
 /// Writes the built-in testbed scripts into `dir` and returns the path of
