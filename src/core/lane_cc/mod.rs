@@ -13,9 +13,9 @@
 //! The target is an eighth of the path's RTT, between 5 and 15 ms: what Linux's
 //! HyStart takes for a full path (an RTT an eighth above its lowest, at least 4 ms).
 //! The inner flow's RTT is at least the lane's, so a lane queue within it lets the
-//! inner TCP's slow start run to the capacity of every lane. A fixed 15 ms let one
-//! download over 0 ms paths leave slow start at about half the lanes' sum, and then
-//! grow at CUBIC's pace through a 20 ms RTT that braid's queues made (docs/design/lane-congestion-control.md).
+//! inner TCP's slow start run to the capacity of every lane. A fixed 15 ms over short
+//! paths made the inner flow leave slow start early, on a round trip that braid's
+//! queues made (docs/design/lane-congestion-control.md).
 //!
 //! A delay-based controller yields to loss-based cross traffic, which keeps the queue
 //! full whatever the lane does: in the testbed a lane next to one CUBIC flow fell to
@@ -24,21 +24,19 @@
 //! then competes as NewReno until the queue drains again. Two signs tell it: no round
 //! trip below the target for [`compete_after`], or [`FUTILE_CUTS`] reductions in a
 //! row, one per round trip, none of which shrank the queue by a quarter. The second
-//! is the quick one: a background CUBIC flow that held the 32 Mbit/s uplink of the
-//! AFMT paper's delay variant about 8 ms deep, just over the lane's 7.5 ms target,
-//! let now and then a round trip under the target through, and the lane, cut by 5 to
-//! 10 % per round trip for five seconds, fell from 135 kB to 3 kB while the
-//! background flow took the uplink. Its own queue, even behind a slow start's
-//! overshoot, falls faster than that after each reduction.
+//! is the quick one: a background flow that holds the uplink's queue just over the
+//! lane's target lets a round trip under the target through now and then, while the
+//! lane, cut every round trip, falls to nothing and the background flow takes the
+//! uplink. Its own queue, even behind a slow start's overshoot, falls faster than
+//! that after each reduction.
 //!
 //! A lane that competed grows back fast once the cross traffic leaves, as Copa's
 //! velocity does: until the delay cap next reduces it, congestion avoidance's
 //! increase per round trip doubles after each round trip in which no acknowledgement
-//! found even half the target queued. At NewReno's one packet per round trip, the
-//! same lane took the last eight seconds of the run to get from 89 kB back to the
-//! 240 kB its 60 ms path carries. Only after competing: lanes that sped up whenever
-//! the path showed room outgrew the 16 Mbit/s uplink under one download, which then
-//! lost packets and ran at a third of its rate.
+//! found even half the target queued: at NewReno's one packet per round trip, a lane
+//! over a long path takes seconds to regain what it carries. Only after competing:
+//! lanes that sped up whenever the path showed room outgrew a slow uplink under one
+//! download, which then lost packets (docs/design/lane-congestion-control.md).
 //!
 //! Acknowledgements that quinn calls application-limited neither grow the window nor
 //! count towards the cap, unless they show twice the target queued: a window that
@@ -47,12 +45,10 @@
 //! A path that loses packets at random (a radio link) is not a full buffer: losses
 //! count as congestion only where the lane's queue stands beyond the target, where
 //! the lane competes with cross traffic as a loss-based flow, or where a round trip
-//! loses more than [`LOSS_TOLERANCE`]; braid repairs the others. Cut by 30 % on every
-//! loss, the lane over the testbed's 50 Mbit/s uplink losing 1 % each way carried 2 %
-//! of one download, and the download got 1.27x the best clean uplink alone; with the
-//! tolerance 1.57-1.67x (`docs/benchmarks.md`, "Uplinks as they really are"). The
-//! lane's own path simulator (`path_sim.rs`) pins it: 1 % lost each way, the bottleneck
-//! stays full.
+//! loses more than [`LOSS_TOLERANCE`]; braid repairs the others. Cut on every loss, a
+//! lane over a path that loses at random carried almost nothing of a download
+//! (docs/design/lane-congestion-control.md). The lane's own path simulator
+//! (`path_sim.rs`) pins it: 1 % lost each way, the bottleneck stays full.
 //!
 //! A lane whose uplink has a known rate starts at that rate instead of slow-starting
 //! ([`LaneWindow::start_at_rate`]).
@@ -61,12 +57,11 @@
 //! the variation into every round trip, and the cap would take it for a queue: each
 //! packet waits behind the slowest before it, so the more densely a lane sends, the
 //! nearer its round trips come to the top of the range, while the lowest RTT keeps
-//! the bottom. Over the testbed's 50 Mbit/s uplink varying by up to 20 ms each way,
-//! the cap cut the lane every round trip to 3-26 kB where the path holds about
-//! 400 kB. Measured on the lane's own round trips the variation cannot be told from
-//! the lane's own queue or a steady path's noise (acknowledgement delay, the host's
+//! the bottom, and the cap cuts the lane every round trip to a small part of what its
+//! path holds. In the lane's own round trips the variation cannot be told from the
+//! lane's own queue or a steady path's noise (acknowledgement delay, the host's
 //! scheduling): every estimate tried gave steady lanes a longer queue and cost them
-//! goodput (`docs/design/lane-congestion-control.md`). So the uplink's configuration
+//! goodput (docs/design/lane-congestion-control.md). So the uplink's configuration
 //! declares it ([`LaneWindow::set_delay_variation`]): loaded, such a lane's round
 //! trips sit up to the whole variation above the lowest on the way out, where its
 //! packets follow each other closely, and half of it on average on the way back,
@@ -92,8 +87,8 @@ pub fn queue_target(min_rtt: Duration) -> Duration {
 pub const MAX_START_WINDOW: u64 = 16 * 1024 * 1024;
 /// How far above the lowest RTT the round trips of a loaded lane sit over an uplink
 /// whose one-way delay varies by `spread` each way without a queue: all of it on the
-/// way out, half on the way back. Over `path_sim`'s paths the cap then holds the
-/// bottleneck's own queue at 7-23 ms with the path full, for spreads of 10-40 ms.
+/// way out, half on the way back: the cap then keeps such a path full with a short
+/// queue of its own (`path_sim::run_declaring`; docs/design/lane-congestion-control.md).
 const VARIATION_ALLOWANCE: (u32, u32) = (3, 2);
 /// The most delay variation an uplink may declare, in ms (`delay_variation_ms` in the
 /// configuration and the hello): a second of variation is no uplink to bond.
@@ -227,8 +222,7 @@ impl LaneWindow {
         // The smoothed RTT alone lags a queue that has drained by several
         // acknowledgements: after slow start overshot, each round trip of that lag
         // cut the window again, down to its minimum, and the uplink idled while it
-        // grew back (one download over 0 ms paths: 82.8 % of the uplinks' sum on
-        // average against 87.5 %; docs/design/lane-congestion-control.md).
+        // grew back (docs/design/lane-congestion-control.md).
         let rtt = srtt.min(sample);
         let queue = rtt.saturating_sub(min_rtt);
         // The queue was short if this acknowledgement's own round trip says so: the
@@ -237,8 +231,7 @@ impl LaneWindow {
         // means below the target, not below the half of it that the cap keeps: the
         // path's jitter spreads round trips above that half, and a lane alone on its
         // uplink then took its own queue for someone else's within half a second and
-        // filled the uplink's buffer as NewReno (a 10 ms path's SRTT swung between 25
-        // and 65 ms; docs/design/lane-congestion-control.md).
+        // filled the uplink's buffer as NewReno (docs/design/lane-congestion-control.md).
         if sample.saturating_sub(min_rtt) < target {
             self.calm_at = now;
         }
@@ -261,13 +254,10 @@ impl LaneWindow {
         self.round_roomy &= !app_limited && sample.saturating_sub(min_rtt) < target / 2;
         // An application-limited acknowledgement neither grows the window nor counts
         // towards the cap, except where the queue is twice the target: then the
-        // window itself has outgrown the path, and braid fills it in bursts. Traced
-        // over 0 ms paths: a 16 Mbit/s lane's window, which its path and the cap's
-        // 5 ms fill at about 12 kB, reached 105-117 kB and stayed there, the lane
-        // application-limited between striping's bursts. Each burst queued up to
-        // 48 ms at the uplink, the entry held the other lanes' packets behind it,
-        // and the download ran at 6-7 MiB/s for its first two seconds instead of
-        // 10.6 (docs/design/lane-congestion-control.md).
+        // window itself has outgrown the path, and braid fills it in bursts: the lane
+        // is application-limited between striping's bursts, each burst queues at the
+        // uplink, and the receiving gateway holds the other lanes' packets behind it
+        // (docs/design/lane-congestion-control.md).
         let overshoot = queue > target * 2;
         if sent <= self.recovery_start || app_limited && (competing || !overshoot) {
             return;
@@ -323,9 +313,8 @@ impl LaneWindow {
     /// allows, cannot overrun the uplink's buffer, so the lane starts there.
     /// Slow-starting from ten packets, lanes lag the inner flow's own slow start,
     /// which then queues in braid and leaves slow start on that rising round trip, far
-    /// below the uplinks' capacity (one download over one-way delays of 10, 30 and
-    /// 60 ms: 67-69 % of the uplinks' sum against 41-42 % without it; docs/design/lane-congestion-control.md). Only in the first slow start: a
-    /// window that has met congestion knows the path better.
+    /// below the uplinks' capacity (docs/design/lane-congestion-control.md). Only in
+    /// the first slow start: a window that has met congestion knows the path better.
     pub fn start_at_rate(&mut self, rate: u64, now: Instant, sent: Instant, min_rtt: Duration) {
         if self.ssthresh != u64::MAX {
             return;
@@ -727,7 +716,7 @@ mod tests {
     #[test]
     fn a_path_losing_one_percent_at_random_is_kept_full() {
         // The 50 Mbit/s uplink of the testbed's `loss1` variants: 30 ms one way, 1 %
-        // lost each way. Cut on every loss, the lane kept under 5 % of it.
+        // lost each way, which cutting on every loss left almost unused.
         let mut path = path_sim::Path::steady(50, 30);
         path.loss_per_mille = 10;
         for seed in [7, 8, 9] {
@@ -742,7 +731,7 @@ mod tests {
     fn a_path_whose_delay_varies_as_declared_is_kept_full() {
         // The testbed's `vary5`, `vary10` and `vary20` uplinks: 50 Mbit/s, a one-way
         // delay varying by up to 10, 20 and 40 ms each way, order kept. Undeclared,
-        // the cap took the variation for a queue and used under a third of each.
+        // the cap takes the variation for a queue and leaves most of each unused.
         for (one_way, spread) in [(25, 10), (20, 20), (10, 40)] {
             let mut path = path_sim::Path::steady(50, one_way);
             path.jitter = ms(spread);
