@@ -31,12 +31,9 @@ pub const TARGET: Duration = Duration::from_millis(5);
 /// Why: the lanes' queues are the inner flows' bottleneck, and a standing queue is
 /// what keeps the uplinks busy while a flow whose window was cut grows it back.
 /// RFC 8289 sizes the target at 5 to 10 % of the flows' round trip; CoDel's 5 ms is
-/// 5 % of its 100 ms, but a twenty-sixth of the 130 ms round trip of three
-/// downloads striped over paths 10, 30 and 60 ms away. Each drop cuts a tenth of
-/// what they send, and a 5 ms queue drains long before CUBIC grows it back, so the
-/// uplinks idle (inferred from the rates, not traced). With 8.5 ms, 22 rounds of
-/// the AFMT paper's delay variant kept a
-/// mean of 85.2 % of the capacity left, against 83.0 (docs/design/lane-queues.md).
+/// 5 % of its 100 ms, but far less of the round trip of downloads striped over far
+/// lanes. Each drop cuts what they send, and a 5 ms queue drains long before CUBIC
+/// grows it back, so the uplinks idle (docs/design/lane-queues.md).
 pub fn lane_target(longest_one_way: Duration) -> Duration {
     shaper_target(shaper_interval(longest_one_way))
 }
@@ -46,9 +43,10 @@ pub fn lane_target(longest_one_way: Duration) -> Duration {
 pub const INTERVAL: Duration = Duration::from_millis(100);
 /// The interval of a lane's queue over a path of `min_rtt`: the path's round trip,
 /// the least the inner flows through it see, between half CoDel's default and its
-/// default. Measured with five downloads on a 10 Mbit/s uplink 10 ms away (docs/design/lane-queues.md): at 100 ms the queue stood at 15–20 ms and a probe
-/// beside the downloads waited 36–39 ms at p99; at 50 ms, with the lanes' 5 ms
-/// target, 25–30 ms, for the same goodput. Flows over a longer path need the longer interval to keep their windows.
+/// default. Flows through a short path see round trips far below CoDel's 100 ms, and
+/// at that interval they keep a standing queue several times the target; flows over
+/// a longer path need the longer interval to keep their windows
+/// (docs/design/lane-queues.md).
 pub fn lane_interval(min_rtt: Duration) -> Duration {
     min_rtt.clamp(INTERVAL / 2, INTERVAL)
 }
@@ -62,8 +60,8 @@ pub const MAX_SOJOURN: Duration = Duration::from_millis(50);
 
 /// The bound of a lane's queue over a path of `min_rtt`: half the round trip, between
 /// 30 ms and [`MAX_SOJOURN`]. Flows over a short path refill a queue within a few
-/// of their round trips, and the probe beside five downloads waited 26–30 ms at p99
-/// with 50 ms here, 25–26 ms with 30 (docs/design/lane-queues.md).
+/// of their round trips, so a long bound there only lengthens what other flows wait
+/// (docs/design/lane-queues.md).
 pub fn lane_max_sojourn(min_rtt: Duration) -> Duration {
     (min_rtt / 2).clamp(MAX_SOJOURN * 3 / 5, MAX_SOJOURN)
 }
@@ -102,17 +100,14 @@ fn striped_round_trip(longest_one_way: Duration) -> Duration {
 /// resequences, no lane of the site drops another packet of that flow: two round
 /// trips of such a flow ([`shaper_interval`]). A flow striped over the site's lanes
 /// hears of the drop one of those later, and the queue it built meanwhile drains
-/// within another. Each lane keeps its own CoDel, at an interval of its own path: one
-/// download over paths 10, 30 and 60 ms away met seven drops on three lanes within
-/// 118 ms, the later ones past its recovery of the first, and had its window cut
-/// twice (traced with `ss -ti` at the sender: its slow-start threshold fell to 588,
-/// then to 411 packets), after which CUBIC's fast convergence held it near 500
-/// packets, 70 % of the uplinks, for eight seconds. With one round trip between
-/// drops, the second still came 171-180 ms after the first and cut the window again
-/// (traced: 827, 576, then 425 packets, and held at 510). Kept per flow: kept per
-/// site and colour, five downloads striped over two uplinks shared one drop per
-/// 200 ms, and a probe beside them waited 39-48 ms at p99 instead of 26-27. What
-/// the site's striped flows meet together is [`StripedDrops`].
+/// within another. Each lane keeps its own CoDel, at an interval of its own path, so
+/// one striped download meets drops on several lanes within one of its round trips,
+/// the later ones past its recovery of the first, and has its window cut again for
+/// each; with one round trip between drops, the second still cut it again. Kept per
+/// flow: kept per site and colour, many downloads striped over
+/// the same uplinks share too few drops, and their queue stands longer
+/// (docs/design/lane-queues.md). What the site's striped flows meet together is
+/// [`StripedDrops`].
 pub fn resequenced_drop_spacing(longest_one_way: Duration) -> Duration {
     2 * shaper_interval(longest_one_way)
 }
@@ -121,19 +116,13 @@ pub fn resequenced_drop_spacing(longest_one_way: Duration) -> Duration {
 /// resequences: CoDel's control law over all of them, at their round trip.
 ///
 /// Why: each lane keeps its own CoDel, at its own path's interval, and flows striped
-/// over every lane reach each one. Traced in the AFMT paper's delay variant (three
-/// downloads over paths 10, 30 and 60 ms away): as the downloads filled the uplinks,
-/// as the background flow arrived and while it ran, each download lost a packet,
-/// all three within 50 to 190 ms, mostly to the 10 ms lane's CoDel (interval
-/// 50 ms), mostly before the first drop could slow its sender (a round trip over
-/// the 60 ms lane and its recovery). Three windows cut together cut what the
-/// downloads sent by 30 % while CUBIC grew them back. One drop, then a round trip
-/// for it to take effect, then drops ever closer while the queue still stands: a
-/// few flows with large windows are cut one at a time (the delay variant: 82.3 %
-/// of the capacity left against 79.4, 14 rounds each), and many with small windows
-/// still meet as many drops as they need (five downloads over two uplinks 10 ms
-/// away, spaced 70 ms apart without the law: the probe beside them waited 32 ms at
-/// p99, 27 before; with it, 30).
+/// over every lane reach each one: in one congestion episode every download lost a
+/// packet, mostly to the shortest lane's CoDel and before the first drop could slow
+/// its sender, and windows cut together cut what the downloads sent while CUBIC grew
+/// them back. One drop, then a round trip for it to take effect, then drops ever
+/// closer while the queue still stands: a few flows with large windows are cut one at
+/// a time, and many with small windows still meet as many drops as they need, where
+/// a fixed spacing kept their queue standing longer (docs/design/lane-queues.md).
 #[derive(Debug, Clone, Default)]
 pub struct StripedDrops {
     /// No such drop before this.
