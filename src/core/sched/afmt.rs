@@ -8,13 +8,14 @@
 //! the lowest weighted fill `(fill + len) * srtt / cwnd` wins. New flows, and flows
 //! whose lane went down, choose among all lanes that are up.
 //!
-//! Additions to the paper, each for a failure measured in the testbed (docs/design/afmt-and-striping.md):
+//! Additions to the paper, each for a failure seen in the testbed
+//! (docs/design/afmt-and-striping.md):
 //! - A lane's delay in the flowlet rule is its SRTT plus the time to drain what braid
 //!   has queued for it (`fill * srtt / cwnd`): a packet put behind a queue arrives that
 //!   much later, and a switch to an emptier lane could otherwise overtake it.
 //! - Another lane counts as slower only by a margin (2 ms plus an eighth of the last
 //!   lane's delay): a smoothed RTT lags the queue it measures, and without the margin
-//!   27–30 % of the packets of bulk flows arrived out of order.
+//!   bulk flows switched lanes back and forth and arrived out of order.
 //! - A new flow's weighted fill is multiplied by one plus the number of busy flows
 //!   (sent within the last 500 ms) its lane already carries. On idle lanes QUIC's cwnd
 //!   and SRTT say nothing about capacity (cwnd does not grow while a connection is
@@ -140,11 +141,10 @@ fn delay(l: &LaneView) -> Duration {
 ///
 /// Why the bound: a short lane's bound (30 ms beyond the longest lane's delay) is
 /// tighter than a long lane's (50 ms), and striping evens out arrival times, so the
-/// short lane reached its bound while the long one still had room. Traced in the
-/// AFMT paper's delay variant: as the background flow arrived on the 32 Mbit/s
-/// uplink, its lane's window fell from 211 to 72 kB within 300 ms, and the 16 Mbit/s
-/// lane 10 ms away, at its bound, dropped up to 52 packets of every download within
-/// 100 ms, while the 60 ms lane's queue stood about 17 ms deep (docs/design/afmt-and-striping.md).
+/// short lane reached its bound while the long one still had room: when cross
+/// traffic cut one lane's window, the short lane, at its bound, dropped a burst of
+/// every download's packets while the long lane's queue had room to spare
+/// (docs/design/afmt-and-striping.md).
 fn earliest_arrival(lanes: &[LaneView], len: usize, now: Instant) -> Option<usize> {
     // With `bounded`, the longest lane's one-way delay, lanes within their bound come
     // first (`false` orders before `true`), then arrival decides.
@@ -282,13 +282,11 @@ impl Scheduler for Afmt {
                     // arrive: every lane is applicable. A striped flow stays numbered:
                     // its packets were spread over lanes with queues, and the estimate
                     // lags (SRTTs are smoothed, and quinn may hold datagrams back
-                    // behind a window that just shrank); one download over 0 ms paths
-                    // had 0.3-0.5 % of its packets reordered when numbering stopped
-                    // here, 0.01-0.06 % with it kept. Other flows stop being numbered:
-                    // a sparse flow (a VoIP call) that stays numbered waits a deadline
-                    // at the receiver for each packet lost with a dead lane; with every
-                    // flow kept numbered, its longest gap in the failover benchmark's
-                    // cut exceeded 100 ms in 5 cuts of 6, against 1 of 6 before.
+                    // behind a window that just shrank), so its next packets would
+                    // overtake earlier ones (docs/design/resequencing.md). Other flows
+                    // stop being numbered: a sparse flow (a VoIP call) that stays
+                    // numbered waits a deadline at the receiver for each packet lost
+                    // with a dead lane, a long gap in a failover.
                     ordered &= was_striped;
                     burst = len as u64;
                     least_weighted_fill(lanes, len, |_, l| l.up, sharing)?
