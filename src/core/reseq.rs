@@ -47,14 +47,15 @@ const HELD_OVERHEAD: usize = 128;
 /// The longest deadline, whatever the lanes measure.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(1);
 /// Observed holds are remembered for one to two of these: long enough that a
-/// deadline raised by a late arrival keeps the next ones in order (measured: 1 s left
-/// 0.2–0.3 % of a striped download reordered, 10 s 0.03 %).
+/// deadline raised by a late arrival keeps the next ones in order; a shorter memory
+/// let the deadline fall back and the next late arrivals go out of order
+/// (docs/design/resequencing.md).
 const HOLD_WINDOW: Duration = Duration::from_secs(10);
 
 /// The least time the resequencer holds a packet whose predecessor is missing. With
-/// lanes that keep 5 ms of queue (`lane_cc/`), packets of one download arrive after
-/// their gap was given up, tens per give-up: it saw 0.31–0.39 % of its packets
-/// reordered over three 0 ms uplinks with 5 ms here, 0.20–0.43 % with 10 (docs/design/resequencing.md).
+/// lanes that keep 5 ms of queue (`lane_cc/`), a shorter hold gives gaps up that
+/// the lanes' queues were about to fill, and packets of one download then arrive
+/// after their gap was given up, tens per give-up (docs/design/resequencing.md).
 pub const RESEQ_MIN_DEADLINE: Duration = Duration::from_millis(10);
 
 /// The least a site's resequencer holds a packet: half the spread of its live lanes'
