@@ -20,9 +20,8 @@ use super::time::Instant;
 
 /// How far behind schedule a queue may fall and still catch up at once: the shell's
 /// timer resolution (tokio's is 1 ms) with margin for a busy event loop. Without it,
-/// every late wake-up would be lost sending time and paced rates would come out low
-/// (with 2 ms, a 50 Mbit/s application got 0.6–2.2 % less than its rate; with 5 ms,
-/// 0–0.7 %).
+/// every late wake-up would be lost sending time and paced rates would come out low,
+/// as they did with 2 ms (docs/design/pacing.md).
 pub const CATCH_UP: Duration = Duration::from_millis(5);
 
 /// Index of a queue in the pacer.

@@ -24,9 +24,9 @@ pub const RESEND_WINDOW: Duration = Duration::from_millis(LANE_STALL.as_millis()
 /// The most a lane keeps for sending again: what a lane of up to 250 Mbit/s carries
 /// in a round trip of 134 ms, as a report of its losses comes a round trip after
 /// the packets left (see [`LossReport`]); beyond it, the inner flows recover what
-/// the lane lost themselves. Half a megabyte, what a lane of 70 Mbit/s queues in 50
-/// ms, let a 50 Mbit/s lane over 60 ms each way forget its lost packets before their
-/// report came (the simulator's striped flow: none of 214 sent again).
+/// the lane lost themselves. A buffer sized by what a lane queues, not by what it
+/// carries in a round trip, let a fast lane over a long path forget its lost packets
+/// before their report came (docs/design/resequencing.md).
 pub const RESEND_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// The longest run of a lane's packets missing that the receiver reports lost (see
 /// [`LossReport`]): a longer one is an outage, whose packets the sender sends again
@@ -111,13 +111,11 @@ impl DataPath {
     ///
     /// Why: a lane loses packets when its uplink's buffer overflows, as a competing
     /// flow's slow start makes it do, and the flows striped over the lanes each lost
-    /// one and cut their windows, which CUBIC over a 130 ms round trip took seconds
-    /// to regrow (the AFMT paper's delay variant: 5.7–7.5 MiB/s in the background
-    /// flow's seconds, 70.0–83.8 % of the capacity left in ten rounds; 6.7–7.4 and
-    /// 78.5–84.2 % with this; docs/design/failover.md). Sent again over
-    /// the lane where it arrives first, the packet mostly fills its gap before the
-    /// receiver stops waiting for it, and the inner flows do not see the loss; the
-    /// lane's own window still does.
+    /// one and cut their windows, which CUBIC over a long round trip took seconds to
+    /// regrow (docs/design/resequencing.md). Sent again over the lane where it
+    /// arrives first, the packet mostly fills its gap before the receiver stops
+    /// waiting for it, and the inner flows do not see the loss; the lane's own window
+    /// still does.
     pub(super) fn repair(&mut self, lane: LaneId, report: LossReport, now: Instant) {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
