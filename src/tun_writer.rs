@@ -1,13 +1,13 @@
 //! The TUN device's writes, on a thread of their own.
 //!
 //! Writing a packet into the TUN device runs the kernel's receive path for it there
-//! and then (routing, forwarding, or the receiving socket's TCP): during four uploads
-//! and four downloads at once through an entry, that `writev` took 16 of the 35 % of
-//! the entry's samples its data-path thread had (`perf record -g -p ENTRY`), so the
-//! two directions took turns on one thread. Now the data-path thread hands each
-//! wake-up's packets over in one batch, and this thread merges them as Linux's GRO
-//! would ([`Coalescer`], over every batch waiting, not one wake-up's) and writes them,
-//! while the data path goes on reading the TUN device and the lanes.
+//! and then (routing, forwarding, or the receiving socket's TCP): with both directions
+//! loaded, that `writev` took about half of the data-path thread's time, so the two
+//! directions took turns on one thread (docs/design/tun-offload-and-threads.md). Now
+//! the data-path thread hands each wake-up's packets over in one batch, and this
+//! thread merges them as Linux's GRO would ([`Coalescer`], over every batch waiting,
+//! not one wake-up's) and writes them, while the data path goes on reading the TUN
+//! device and the lanes.
 //!
 //! Packets keep their order: one thread writes them in the order the engine yielded
 //! them. At most [`MAX_IN_FLIGHT`] packets wait for this thread; a batch that would

@@ -611,7 +611,7 @@ mod tests {
             }
         }
         // Same loss, less delay: a TCP-friendly green flow would get more than a blue
-        // one, so g falls from 1 (measured: to about 0.24 here) and settles.
+        // one, so g falls from 1 and settles.
         assert!(g.windows(2).take(5).all(|w| w[1] < w[0]), "{g:?}");
         let last = g[g.len() - 1];
         assert!(last < 0.5 && (last - g[g.len() - 5]).abs() < 0.01, "{g:?}");

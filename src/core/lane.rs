@@ -190,10 +190,9 @@ impl LaneView {
     /// every packet before it, so its window most likely has room (braid sees the
     /// queue, not the bytes in flight; docs/design/afmt-and-striping.md).
     /// Counting its own bytes at the window's rate made a lane with a small window look
-    /// later than it is by a whole packet's share of its round trip (11 ms on a 60 ms
-    /// path at QUIC's initial window), so that striped packets went to it only once the
-    /// other lanes' queues were that much longer, and its window stayed at its initial
-    /// size for the first 4 s of a traced download.
+    /// later than it is by a whole packet's share of its round trip, so that striped
+    /// packets went to it only once the other lanes' queues were that much longer, and
+    /// its window stayed at its initial size for seconds.
     pub fn arrival(&self, len: usize, now: Instant) -> Duration {
         let srtt = self.path_srtt(now);
         let behind = if self.fill == 0 { 0 } else { len };
@@ -206,9 +205,9 @@ impl LaneView {
     /// its first slow start a window of a few bursts leaves at once, its
     /// acknowledgements come back together a round trip later, and nothing leaves in
     /// between, so a packet that finds the window full may wait a whole round trip.
-    /// Traced (docs/design/afmt-and-striping.md): a striped packet put behind a
-    /// full 18-23 kB window on a 120 ms lane left 60 ms later and arrived 33-46 ms
-    /// after its [`LaneView::arrival`], past the resequencing deadline.
+    /// Counted at the window's rate instead, a striped packet put behind such a
+    /// window arrived well after its [`LaneView::arrival`], past the resequencing
+    /// deadline (docs/design/afmt-and-striping.md).
     pub fn latest_arrival(&self, len: usize, now: Instant) -> Option<Duration> {
         (self.fill > 0 && self.sends_in_bursts()).then(|| {
             let srtt = self.path_srtt(now);

@@ -38,8 +38,8 @@ pub(super) const MIN_ANSWER_TIMEOUT: Duration = Duration::from_millis(60);
 /// 5 % each way one exchange in ten fails, six in a row once in a million. Packets
 /// that leave together are answered together, by one acknowledgement, so they count
 /// once (see [`Lane::unanswered`]). Four were too few: a lane carrying a 50 packets/s
-/// flow over such a path was given up falsely in 2 of 34 runs of 20 s, as it makes
-/// thousands of exchanges; so a lane whose answer is overdue makes more of them, by
+/// flow over such a path makes thousands of exchanges and was given up falsely
+/// (docs/design/failover.md); so a lane whose answer is overdue makes more of them, by
 /// probing (see [`PROBE_INTERVAL`]), rather than waiting longer for its traffic to.
 pub(super) const EXCHANGES_TO_STALL: u64 = 6;
 /// Failed exchanges that suffice while the lane cannot make more: quinn holds its
@@ -219,11 +219,10 @@ impl Lane {
         // While packets of the flows (more than braid's own probes could be) wait in
         // the lane, one timeout of silence will do: on a live path the
         // acknowledgements of a full window arrive all the time, and on a dead one
-        // braid's probes wait behind that window. With two, a VoIP flow's longest gap
-        // in a cut reached 131-214 ms (the lane given up after 140-183 ms of silence),
-        // where probes gave lanes up after 90-110 ms. A lane holding only a probe is
-        // not full: counted as such, lanes on a path losing 5 % each way were given
-        // up falsely 3 times in 24 runs.
+        // braid's probes wait behind that window. With two, a VoIP flow's gaps in a
+        // cut grew well past those of lanes that probes gave up. A lane holding only
+        // a probe is not full: counted as such, lanes on a lossy path were given up
+        // falsely (docs/design/failover.md).
         let flows_queued = self.own_queue() > PROBE.len() as u64 * u64::from(MAX_PROBES_PER_WAIT);
         let last_resort = self.answer_wait_from + if flows_queued { timeout } else { 2 * timeout };
         let needed = if held {

@@ -84,9 +84,8 @@ use timers::{Timer, TimerTable, earliest};
 /// bound on memory; the queue is kept short in time by CoDel and its bound
 /// ([`super::aqm::lane_max_sojourn`]), which govern every lane slower than about
 /// 170 Mbit/s. On faster ones the data path hands a lane a wake-up's TCP
-/// super-packets at once, megabytes, and a bound of 256 KiB dropped a fifth of four
-/// downloads' packets over unshaped uplinks: 1 MiB carried 1.12–1.37× as much
-/// (docs/design/tun-offload-and-threads.md).
+/// super-packets at once, megabytes, and a 256 KiB bound dropped many of them over
+/// unshaped uplinks (docs/design/tun-offload-and-threads.md).
 pub const LANE_QUEUE_LIMIT: u64 = 1024 * 1024;
 /// Lanes are sampled at most this often while packets flow: quinn's accessors take
 /// its connection lock, so once per batch, not per packet.

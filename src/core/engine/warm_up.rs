@@ -32,9 +32,7 @@ impl DataPath {
     /// Why: striping weighs a lane by its window, and quinn's first 14,720 bytes say
     /// nothing of what a path carries: a long lane looked slow and got nothing while
     /// the site's first flows overran the short ones' queues, and CUBIC then spent
-    /// seconds regrowing from that first loss (the AFMT paper's delay variant: 4.0
-    /// MiB in its first second and 74.0 % of the capacity left on average, against
-    /// 5.8 and 76.9 with the warm-up; docs/design/afmt-and-striping.md).
+    /// seconds regrowing from that first loss (docs/design/afmt-and-striping.md).
     /// Blue only: green lanes carry sparse low-delay packets and are never striped,
     /// and their padding would only crowd the same uplinks.
     pub(super) fn warm_up(&mut self, lane: LaneId, now: Instant) {
@@ -80,15 +78,13 @@ impl DataPath {
     /// delivers a packet as early as the others do: by its window per round trip. So
     /// a long lane of unknown rate stayed at a few packets' window while one
     /// download ramped up over the shorter ones, and the download met its first loss
-    /// where it overran them (one download over 10, 30 and 60 ms: the 60 ms lane's
-    /// window at 15-90 kB for seconds, 40-67 % of the uplinks' sum; docs/design/afmt-and-striping.md). Padding fills that lane's window while the site has
-    /// more to send than the others take, so it opens at its uplink's pace, and no
-    /// packet of the site waits behind it: the padding only goes where nothing is
-    /// queued, and striping counts it as queued. It stops for good at the lane's first
+    /// where it overran them (docs/design/afmt-and-striping.md). Padding fills that
+    /// lane's window while the site has more to send than the others take, so it opens
+    /// at its uplink's pace, and no packet of the site waits behind it: the padding
+    /// only goes where nothing is queued, and striping counts it as queued. It stops for good at the lane's first
     /// window reduction or loss, and meanwhile once its window matches the busy lane's:
     /// a 60 ms lane whose window never met congestion stayed eligible for padding for
-    /// a whole download without that rule. That download then got 45-79 % of the sum,
-    /// mean 68 against 48 for the build before in eleven rounds each.
+    /// a whole download without that rule.
     pub(super) fn open_lanes(
         &mut self,
         site_idx: SiteIdx,
