@@ -159,7 +159,7 @@ pub struct AdminConfig {
     pub token_file: Option<PathBuf>,
 }
 
-/// Bytes QUIC adds around a DATAGRAM payload in a full-size packet (measured: the
+/// Bytes QUIC adds around a DATAGRAM payload in a full-size packet (quinn's
 /// current MTU minus `max_datagram_size()` is always 38), plus braid's own datagram
 /// header (`wire::DATAGRAM_HEADER_LEN`).
 pub const QUIC_DATAGRAM_OVERHEAD: u32 = 38 + crate::core::wire::DATAGRAM_HEADER_LEN as u32;
