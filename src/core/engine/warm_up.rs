@@ -81,10 +81,10 @@ impl DataPath {
     /// where it overran them (docs/design/afmt-and-striping.md). Padding fills that
     /// lane's window while the site has more to send than the others take, so it opens
     /// at its uplink's pace, and no packet of the site waits behind it: the padding
-    /// only goes where nothing is queued, and striping counts it as queued. It stops for good at the lane's first
-    /// window reduction or loss, and meanwhile once its window matches the busy lane's:
-    /// a 60 ms lane whose window never met congestion stayed eligible for padding for
-    /// a whole download without that rule.
+    /// only goes where nothing is queued, and striping counts it as queued. It stops
+    /// for good at the lane's first window reduction or loss, and meanwhile once its
+    /// window matches the busy lane's: a long lane whose window never met congestion
+    /// stayed eligible for padding for a whole download without that rule.
     pub(super) fn open_lanes(
         &mut self,
         site_idx: SiteIdx,
