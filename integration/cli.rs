@@ -404,3 +404,89 @@ fn the_testbed_emulates_an_uplink_with_netem_keeping_the_packets_order() {
     let (lines, _) = emulate(&["a", "b", "0", "0", "/dev/null", "0", "50"]);
     assert_eq!(lines, "");
 }
+
+/// The Grafana dashboard as Grafana provisions it, checked where no Grafana image can
+/// run: panels of types Grafana has, on its 24-column grid, each query and variable on
+/// the datasource that `docker/grafana/provisioning` creates, every `$variable` in a
+/// query defined, and the file mounted where the dashboard provider reads. (The
+/// queries' metrics are checked against live gateways by the end-to-end tests.)
+#[test]
+fn the_dashboard_is_what_grafana_provisions() {
+    let read = |path: &str| {
+        std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("docker/grafana/braid.json")).expect("JSON");
+    let datasources = read("docker/grafana/provisioning/datasources/prometheus.yaml");
+    let uid = datasources
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("uid: "))
+        .expect("a provisioned datasource uid");
+    let provider = read("docker/grafana/provisioning/dashboards/braid.yaml");
+    let compose = read("docker/compose.yaml");
+    assert!(
+        provider.contains("path: /var/lib/grafana/dashboards")
+            && compose.contains("./grafana/braid.json:/var/lib/grafana/dashboards/braid.json"),
+        "the dashboard is not mounted where the provider reads"
+    );
+    assert!(dashboard["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 30));
+    let on_datasource = |what: &str, ds: &serde_json::Value| {
+        assert_eq!(
+            (ds["type"].as_str(), ds["uid"].as_str()),
+            (Some("prometheus"), Some(uid)),
+            "{what}: datasource {ds}"
+        );
+    };
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .map(|v| {
+            let name = v["name"].as_str().expect("variable name");
+            assert_eq!(v["type"], "query", "variable {name}");
+            on_datasource(&format!("variable {name}"), &v["datasource"]);
+            name
+        })
+        .collect();
+    let known_types = [
+        "timeseries",
+        "stat",
+        "gauge",
+        "bargauge",
+        "table",
+        "text",
+        "row",
+    ];
+    let mut ids = std::collections::HashSet::new();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    for panel in panels {
+        let id = panel["id"].as_u64().expect("panel id");
+        assert!(ids.insert(id), "panel id {id} twice");
+        let kind = panel["type"].as_str().unwrap_or_default();
+        assert!(known_types.contains(&kind), "panel {id}: type {kind:?}");
+        let grid = &panel["gridPos"];
+        let (x, w, h) = (grid["x"].as_u64(), grid["w"].as_u64(), grid["h"].as_u64());
+        assert!(
+            matches!((x, w, h), (Some(x), Some(w), Some(h)) if w > 0 && h > 0 && x + w <= 24),
+            "panel {id}: gridPos {grid}"
+        );
+        on_datasource(&format!("panel {id}"), &panel["datasource"]);
+        for target in panel["targets"].as_array().expect("targets") {
+            on_datasource(&format!("panel {id}"), &target["datasource"]);
+            assert!(target["refId"].as_str().is_some(), "panel {id}: no refId");
+            let expr = target["expr"].as_str().expect("expr");
+            for used in expr.split('$').skip(1) {
+                let name: String = used
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    name.starts_with("__") || variables.contains(&name.as_str()),
+                    "panel {id}: ${name} is no variable of the dashboard"
+                );
+            }
+        }
+    }
+}
