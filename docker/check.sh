@@ -98,4 +98,24 @@ awk '{printf "  %s %.1f MB\n", $1, $2 / 1e6}' <<<"$shares"
 floor=${COMPOSE_MIN_MBIT:-55}
 python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$mbit" "$floor" ||
     fail "the download got $mbit Mbit/s, under the floor of $floor"
+# Where Grafana runs, it serves the dashboard it provisioned (anonymous viewers may
+# read it; docker/compose.yaml).
+if [[ " ${services[*]} " == *" grafana "* ]]; then
+    served=
+    for _ in $(seq 60); do
+        served=$(python3 - <<'PY'
+import json, urllib.request
+try:
+    d = json.load(urllib.request.urlopen("http://127.0.0.1:3000/api/dashboards/uid/braid", timeout=5))
+    print(len(d["dashboard"]["panels"]))
+except (OSError, ValueError, KeyError):
+    pass
+PY
+        )
+        [ -n "$served" ] && break
+        sleep 1
+    done
+    [ -n "$served" ] || fail "Grafana does not serve the provisioned dashboard (uid braid)"
+    echo "compose check: Grafana serves the provisioned dashboard ($served panels)"
+fi
 echo "compose check: passed"
