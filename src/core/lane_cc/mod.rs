@@ -214,17 +214,17 @@ impl LaneWindow {
     ) {
         let target = queue_target(min_rtt);
         let sample = now.saturating_since(sent);
-        let path_rtt = min_rtt;
+
         // The lowest round trip a loaded lane keeps returning to without a queue.
         let (num, den) = VARIATION_ALLOWANCE;
-        let min_rtt = min_rtt + self.delay_variation * num / den;
+        let floor = min_rtt + self.delay_variation * num / den;
         // The standing queue is what both the smoothed RTT and this round trip show.
         // The smoothed RTT alone lags a queue that has drained by several
         // acknowledgements: after slow start overshot, each round trip of that lag
         // cut the window again, down to its minimum, and the uplink idled while it
         // grew back (docs/design/lane-congestion-control.md).
         let rtt = srtt.min(sample);
-        let queue = rtt.saturating_sub(min_rtt);
+        let queue = rtt.saturating_sub(floor);
         // The queue was short if this acknowledgement's own round trip says so: the
         // smoothed RTT lags, and hovers above half the target while the cap holds the
         // queue near it, which would pass for someone else's standing queue. Short
@@ -232,10 +232,10 @@ impl LaneWindow {
         // path's jitter spreads round trips above that half, and a lane alone on its
         // uplink then took its own queue for someone else's within half a second and
         // filled the uplink's buffer as NewReno (docs/design/lane-congestion-control.md).
-        if sample.saturating_sub(min_rtt) < target {
+        if sample.saturating_sub(floor) < target {
             self.calm_at = now;
         }
-        let competing = now.saturating_since(self.calm_at) > compete_after(path_rtt)
+        let competing = now.saturating_since(self.calm_at) > compete_after(min_rtt)
             || self.futile_cuts >= FUTILE_CUTS;
         self.regaining |= competing;
         (self.queued, self.competing) = (queue > target, competing);
@@ -251,7 +251,7 @@ impl LaneWindow {
             (self.round_acked, self.round_lost) = (0, 0);
         }
         self.round_acked += bytes;
-        self.round_roomy &= !app_limited && sample.saturating_sub(min_rtt) < target / 2;
+        self.round_roomy &= !app_limited && sample.saturating_sub(floor) < target / 2;
         // An application-limited acknowledgement neither grows the window nor counts
         // towards the cap, except where the queue is twice the target: then the
         // window itself has outgrown the path, and braid fills it in bursts: the lane
@@ -268,9 +268,9 @@ impl LaneWindow {
             self.last_cut_queue = Duration::MAX;
         } else if !competing {
             // Scale the window to what leaves half the target queued: srtt is
-            // min_rtt + queue, so one step drains the excess even after slow start
+            // floor + queue, so one step drains the excess even after slow start
             // overshot by a large factor.
-            let keep = (min_rtt + target / 2).as_nanos();
+            let keep = (floor + target / 2).as_nanos();
             let num = u64::try_from(keep).unwrap_or(u64::MAX);
             let den = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1);
             self.reduce(now, (num.min(den), den));
@@ -292,7 +292,7 @@ impl LaneWindow {
             // that it overshoots the path by a quarter rather than double before the
             // cap sees the queue.
             let dense = !self.delay_variation.is_zero()
-                && rtt.saturating_sub(path_rtt) > self.delay_variation;
+                && rtt.saturating_sub(min_rtt) > self.delay_variation;
             self.window += if dense { bytes / 4 } else { bytes };
             if self.window >= self.ssthresh {
                 self.bytes_acked = self.window - self.ssthresh;
