@@ -495,6 +495,7 @@ impl Driver {
     fn add_lane(&mut self, lane: NewLane, now: Instant) {
         let NewLane {
             conn,
+            path,
             site,
             uplink,
             colour,
@@ -513,7 +514,7 @@ impl Driver {
             conn.close(1u32.into(), b"unknown site");
             return;
         };
-        let io = LaneIo::start(id, conn, &mut self.lane_tasks, self.input_tx.clone());
+        let io = LaneIo::start(id, conn, path, &mut self.lane_tasks, self.input_tx.clone());
         info!(
             lane = %id,
             site,

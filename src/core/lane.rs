@@ -143,6 +143,10 @@ pub struct LaneSample {
     /// Datagrams lost with the connection so far: the one being sent when it was
     /// lost, and those still queued.
     pub abandoned_datagrams: u64,
+    /// How much the uplink's one-way delay varies by itself, as the lane's congestion
+    /// controller judges its queue: declared, or learned (`core/lane_cc/variation.rs`);
+    /// zero for a steady uplink.
+    pub delay_variation: Duration,
 }
 
 impl LaneView {

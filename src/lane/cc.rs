@@ -25,6 +25,9 @@ pub struct KnownUplink {
     bytes_per_second: AtomicU64,
     /// The one-way delay's variation, in microseconds; 0 while none is declared.
     delay_variation_us: AtomicU64,
+    /// The variation the lane's controller judges its queue with (declared, or else
+    /// learned), in microseconds, for the engine (`LaneSample::delay_variation`).
+    variation_in_force_us: AtomicU64,
 }
 
 impl KnownUplink {
@@ -47,6 +50,11 @@ impl KnownUplink {
 
     fn delay_variation(&self) -> Duration {
         Duration::from_micros(self.delay_variation_us.load(Ordering::Relaxed))
+    }
+
+    /// The delay variation the lane's controller judges its queue with.
+    pub fn variation_in_force(&self) -> Duration {
+        Duration::from_micros(self.variation_in_force_us.load(Ordering::Relaxed))
     }
 }
 
@@ -85,6 +93,11 @@ impl LaneController {
 }
 
 impl Controller for LaneController {
+    fn on_sent(&mut self, now: StdInstant, _bytes: u64, _last_packet_number: u64) {
+        let now = self.at(now);
+        self.window.on_sent(now);
+    }
+
     fn on_ack(
         &mut self,
         now: StdInstant,
@@ -104,6 +117,12 @@ impl Controller for LaneController {
             .set_delay_variation(self.uplink.delay_variation());
         self.window
             .on_ack(now, sent, bytes, app_limited, rtt.get(), rtt.min());
+        let micros = u64::try_from(self.window.delay_variation().as_micros()).unwrap_or(u64::MAX);
+        if micros != self.uplink.variation_in_force_us.load(Ordering::Relaxed) {
+            self.uplink
+                .variation_in_force_us
+                .store(micros, Ordering::Relaxed);
+        }
     }
 
     fn on_congestion_event(

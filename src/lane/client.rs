@@ -157,7 +157,7 @@ impl Dialer {
                     () = shutdown.cancelled() => return,
                 };
                 match attempt {
-                    Ok((conn, _endpoint)) => {
+                    Ok((conn, _endpoint, path)) => {
                         info!(peer = %conn.remote_address(), "lane up");
                         redial.connected();
                         let up_since = clock.now();
@@ -168,6 +168,7 @@ impl Dialer {
                             colour: self.colour,
                             rank: self.rank,
                             rate_kbps: self.uplink.rate_up_kbps,
+                            path,
                         };
                         if events.send(LaneEvent::Up(lane)).await.is_err() {
                             return; // the driver is gone: shutting down
@@ -206,7 +207,9 @@ impl Dialer {
     }
 
     /// One attempt: resolve, bind to the uplink, handshake, hello.
-    async fn connect(&self) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
+    async fn connect(
+        &self,
+    ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint, Arc<KnownUplink>)> {
         let peer = self.resolve().await?;
         let hello = Hello {
             version: PROTOCOL_VERSION,
@@ -228,8 +231,8 @@ impl Dialer {
         // Taken out of the watch before the handshake, which must not hold it.
         let tls = self.tls.borrow().clone();
         let known = KnownUplink::new(self.uplink.rate_up_kbps, self.uplink.delay_variation_ms);
-        let config = quic_config(tls, peer.is_ipv6(), known)?;
-        open_lane(
+        let config = quic_config(tls, peer.is_ipv6(), known.clone())?;
+        let (conn, endpoint) = open_lane(
             bind,
             Some(&self.uplink.interface),
             self.dscp,
@@ -238,7 +241,8 @@ impl Dialer {
             config,
             &hello,
         )
-        .await
+        .await?;
+        Ok((conn, endpoint, known))
     }
 
     async fn resolve(&self) -> anyhow::Result<SocketAddr> {

@@ -10,6 +10,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::cc::KnownUplink;
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
 
@@ -47,6 +48,8 @@ pub struct LaneIo {
     /// quinn's datagram send space while nothing is queued: less than its buffer by
     /// quinn's own bookkeeping.
     empty_send_space: usize,
+    /// What the lane's congestion controller knows of the uplink.
+    path: Arc<KnownUplink>,
 }
 
 impl LaneIo {
@@ -55,6 +58,7 @@ impl LaneIo {
     pub fn start(
         id: LaneId,
         conn: quinn::Connection,
+        path: Arc<KnownUplink>,
         tasks: &mut JoinSet<()>,
         input: mpsc::Sender<LaneInput>,
     ) -> LaneIo {
@@ -67,6 +71,7 @@ impl LaneIo {
             conn,
             queue,
             progress,
+            path,
         }
     }
 
@@ -109,6 +114,7 @@ impl LaneIo {
             sent_pings: stats.frame_tx.ping,
             refused_datagrams: p.refused.load(Ordering::Relaxed),
             abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
+            delay_variation: self.path.variation_in_force(),
         }
     }
 }

@@ -47,6 +47,8 @@ pub struct NewLane {
     pub rank: u32,
     /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
     pub rate_kbps: Option<u64>,
+    /// What the lane's congestion controller knows of the uplink.
+    pub path: Arc<cc::KnownUplink>,
 }
 
 /// What the lane tasks tell the driver.

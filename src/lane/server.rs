@@ -182,7 +182,7 @@ async fn unmark_when_closed(marking: Arc<Marking>, conn: quinn::Connection) {
 async fn admit(
     connecting: Result<quinn::Connecting, quinn::ConnectionError>,
     sites: &HashSet<String>,
-    uplink: &KnownUplink,
+    uplink: &Arc<KnownUplink>,
 ) -> Result<NewLane, (DropReason, anyhow::Error)> {
     let refused = |e: anyhow::Error| (DropReason::Unauthenticated, e);
     let connecting = connecting
@@ -225,6 +225,7 @@ async fn admit(
                 colour: hello.colour,
                 rank: hello.rank,
                 rate_kbps: hello.down_kbps,
+                path: uplink.clone(),
             })
         }
         Ok(Err(e)) => {

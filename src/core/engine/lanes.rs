@@ -65,6 +65,8 @@ pub(super) struct Lane {
     /// In its first slow start: neither a window reduction nor a loss has shown the
     /// path's capacity yet (see [`DataPath::warm_up`] and [`DataPath::open_lanes`]).
     pub opening: bool,
+    /// How much the uplink's delay varies, as the last sample said.
+    pub delay_variation: Duration,
     /// Keeps the lane's queue inside braid short in time, whatever its rate.
     pub codel: CoDel,
     /// The shaper of the lane's uplink (an index into the engine's), when its rate is
@@ -115,6 +117,7 @@ impl Lane {
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
             opening: true,
+            delay_variation: Duration::ZERO,
             codel: CoDel::for_lane(Duration::ZERO),
             shaper: None,
             min_srtt: WindowedMin::default(),

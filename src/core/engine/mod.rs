@@ -540,6 +540,14 @@ impl DataPath {
             if lost_more || sample.cwnd < v.cwnd {
                 l.opening = false;
             }
+            // A variation newly known shows that the window's reductions so far took
+            // the variation for a queue: the lane's controller slow-starts again
+            // (`core/lane_cc/`), and the lane is warmed up again as when it came up,
+            // since a lane the scheduler passes over has nothing to grow with.
+            if l.delay_variation.is_zero() && !sample.delay_variation.is_zero() {
+                l.opening = true;
+            }
+            l.delay_variation = sample.delay_variation;
             v.first_slow_start = l.in_first_slow_start();
             l.codel.fit_lane(v.min_srtt);
             // A shaped lane carries no more than its uplink's rate, whatever QUIC's

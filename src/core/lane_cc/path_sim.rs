@@ -1,5 +1,7 @@
 //! One lane over one emulated uplink, packet by packet, for the lane window's tests:
-//! a sender that always has data and sends whenever its [`LaneWindow`] has room, a
+//! a sender that first idles for a while if asked (a keep-alive every 100 ms, each
+//! acknowledged after the peer's acknowledgement delay), then always has data and
+//! sends whenever its [`LaneWindow`] has room, a
 //! delay line each way whose delay varies uniformly per packet without reordering
 //! (as `braid-linkemu --jitter-ms` and a modem's varying queue do), random loss
 //! before it, and a bottleneck of fixed rate with a drop-tail buffer. The receiver
@@ -12,6 +14,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::LaneWindow;
+use crate::core::engine::{KEEP_ALIVE, PEER_ACK_DELAY};
 use crate::core::sched::sim::Rng;
 use crate::core::time::Instant;
 
@@ -56,6 +59,16 @@ pub struct Outcome {
     /// Packets the bottleneck's buffer dropped in the first half: slow start's
     /// overshoot.
     pub start_overflows: u64,
+    /// The delay variation the lane judged its queue with at the end.
+    pub variation: Duration,
+}
+
+/// How a run's lane knows its uplink: what its configuration declares, and how long
+/// it idles before it has data to send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Start {
+    pub declared: Duration,
+    pub idle: Duration,
 }
 
 /// A delay line that keeps order: each packet leaves no earlier than the one before.
@@ -73,17 +86,28 @@ impl DelayLine {
     }
 }
 
-/// Runs a lane over `path` for `seconds` of virtual time.
+/// Runs a lane over `path` for `seconds` of virtual time, loaded from the start.
 pub fn run(path: Path, seconds: u64, seed: u64) -> Outcome {
-    run_declaring(path, Duration::ZERO, seconds, seed)
+    run_from(path, Start::default(), seconds, seed)
 }
 
 /// Runs a lane over `path` whose uplink's configuration declares a delay variation
 /// of `spread` each way.
 pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> Outcome {
+    let start = Start {
+        declared: spread,
+        ..Start::default()
+    };
+    run_from(path, start, seconds, seed)
+}
+
+/// Runs a lane over `path` from `start` for `seconds` of virtual time, the idle
+/// time included; the outcome measures the second half.
+pub fn run_from(path: Path, start: Start, seconds: u64, seed: u64) -> Outcome {
     let mut rng = Rng(seed | 1);
     let mut window = LaneWindow::new(14_720, MTU as u16, Instant::ZERO);
-    window.set_delay_variation(spread);
+    window.set_delay_variation(start.declared);
+    let loaded_at = Instant::ZERO + start.idle;
     let serialise = Duration::from_nanos(MTU * 8 * 1_000_000_000 / path.rate_bps);
     let buffer_packets = (path.buffer.as_nanos() / serialise.as_nanos()).max(1) as usize;
     let mut forward = DelayLine {
@@ -118,12 +142,17 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
     let mut next_send = Instant::ZERO;
     while now < end {
         // Send while the window has room, paced as quinn paces: a window and a
-        // quarter per smoothed round trip.
+        // quarter per smoothed round trip; while idle, a keep-alive every 100 ms.
         while in_flight + MTU <= window.window() && next_send <= now {
             let rtt = srtt.unwrap_or(Duration::from_millis(100));
             let rate = u128::from(window.window()) * 5 / 4;
             let gap = rtt.as_nanos() * u128::from(MTU) / rate.max(1);
-            next_send = now + Duration::from_nanos(gap as u64);
+            next_send = if now < loaded_at {
+                (now + KEEP_ALIVE).min(loaded_at)
+            } else {
+                now + Duration::from_nanos(gap as u64)
+            };
+            window.on_sent(now);
             let number = next_number;
             next_number += 1;
             sent.push_back((now, false));
@@ -174,12 +203,20 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
             let departed = bottleneck_free;
             bottleneck_free = departed + serialise;
             unacked_at_receiver.push(number);
-            // Every second packet is acknowledged; what a lost acknowledgement
-            // carried, the next carries again (QUIC acknowledges ranges).
-            if unacked_at_receiver.len().is_multiple_of(2) && rng.next(1000) >= path.loss_per_mille
+            // Every second packet is acknowledged, a keep-alive after the peer's
+            // acknowledgement delay; what a lost acknowledgement carried, the next
+            // carries again (QUIC acknowledges ranges).
+            let lone = departed < loaded_at;
+            if (lone || unacked_at_receiver.len().is_multiple_of(2))
+                && rng.next(1000) >= path.loss_per_mille
             {
                 let numbers = std::mem::take(&mut unacked_at_receiver);
-                acks.push_back((back.release(departed, &mut rng), numbers));
+                let at = if lone {
+                    departed + PEER_ACK_DELAY
+                } else {
+                    departed
+                };
+                acks.push_back((back.release(at, &mut rng), numbers));
             }
         }
         while acks.front().is_some_and(|(t, _)| *t <= now) {
@@ -202,7 +239,7 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
                 min_rtt = min_rtt.min(sample);
                 let s = srtt.map_or(sample, |s| (s * 7 + sample) / 8);
                 srtt = Some(s);
-                window.on_ack(now, entry.0, MTU, false, s, min_rtt);
+                window.on_ack(now, entry.0, MTU, entry.0 < loaded_at, s, min_rtt);
                 largest_acked = largest_acked.max(Some(number));
             }
             // Packets three or more below the largest acknowledged are lost.
@@ -227,5 +264,6 @@ pub fn run_declaring(path: Path, spread: Duration, seconds: u64, seed: u64) -> O
         mean_queue: Duration::from_nanos((queue_integral / measured.as_nanos()) as u64),
         overflows,
         start_overflows,
+        variation: window.delay_variation(),
     }
 }

@@ -316,6 +316,7 @@ impl SimLane {
             sent_pings: 0,
             refused_datagrams: 0,
             abandoned_datagrams: 0,
+            delay_variation: self.jitter,
         }
     }
 }

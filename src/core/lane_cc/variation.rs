@@ -1,0 +1,193 @@
+//! How much an uplink's delay varies by itself, learned from the round trips of a
+//! lane's lone packets: the keep-alives and probes an idle lane sends, and the first
+//! packet after any pause.
+//!
+//! Why lone packets: an uplink whose delay varies keeps its packets' order (a modem's
+//! varying queue, a radio's scheduling), so each waits behind the slowest before it,
+//! and a lane that sends densely sees its round trips near the top of the range, as
+//! a standing queue would show them. A packet sent after a pause longer than the
+//! variation meets none before it: its round trip is a fresh draw of the path's own
+//! delay. A loaded lane sends no such packets, so what was learned while it idled
+//! holds while it is loaded, which is when the delay cap needs it.
+
+use std::time::Duration;
+
+use crate::core::time::Instant;
+
+/// A packet sent this long after the lane's previous one is a lone packet: longer
+/// than any variation braid bonds over (`LaneWindow`'s allowance covers a variation
+/// of up to twice this), shorter than the keep-alive an idle lane sends every 100 ms.
+const LONE_AFTER: Duration = Duration::from_millis(50);
+/// Lone round trips remembered: three seconds of an idle lane's keep-alives.
+const SAMPLES: usize = 32;
+/// Lone round trips needed before any variation is taken as the uplink's: an idle
+/// lane's first half second.
+const MIN_SAMPLES: usize = 6;
+/// The share of lone round trips below the one that measures the variation (75 %):
+/// the highest include the hosts' scheduling hiccups, which a busy gateway's idle
+/// lanes over steady paths showed often enough to pass for a variation at 90 %.
+const PERCENTILE: (usize, usize) = (3, 4);
+/// Variation of the lone round trips below this is a steady path's own noise: the
+/// peer's acknowledgement delay (at most [`crate::core::engine::PEER_ACK_DELAY`])
+/// and the hosts' scheduling, which on a busy two-core gateway spread the idle
+/// lanes' lone round trips over steady paths by up to 10 ms at the 75th percentile.
+const NOISE: Duration = Duration::from_millis(10);
+
+/// The variation learned from lone packets' round trips.
+#[derive(Debug, Clone)]
+pub struct VariationEstimate {
+    /// When the lane last sent a packet.
+    last_sent: Option<Instant>,
+    /// When the lone packet whose acknowledgement is awaited was sent.
+    lone_sent: Option<Instant>,
+    /// The lone packets' round trips, a ring of the latest.
+    samples: [Duration; SAMPLES],
+    count: usize,
+    next: usize,
+    /// What the samples measured when the latest arrived (see [`Self::spread`]).
+    spread: Duration,
+}
+
+impl Default for VariationEstimate {
+    fn default() -> Self {
+        VariationEstimate {
+            last_sent: None,
+            lone_sent: None,
+            samples: [Duration::ZERO; SAMPLES],
+            count: 0,
+            next: 0,
+            spread: Duration::ZERO,
+        }
+    }
+}
+
+impl VariationEstimate {
+    /// The lane sent a packet at `now`.
+    pub fn on_sent(&mut self, now: Instant) {
+        if self
+            .last_sent
+            .is_none_or(|last| now.saturating_since(last) >= LONE_AFTER)
+        {
+            self.lone_sent = Some(now);
+        }
+        self.last_sent = Some(now);
+    }
+
+    /// A packet sent at `sent` was acknowledged at `now`.
+    pub fn on_ack(&mut self, now: Instant, sent: Instant) {
+        if self.lone_sent != Some(sent) {
+            return;
+        }
+        self.lone_sent = None;
+        self.samples[self.next] = now.saturating_since(sent);
+        self.next = (self.next + 1) % SAMPLES;
+        self.count = (self.count + 1).min(SAMPLES);
+        self.spread = self.measure();
+    }
+
+    /// The variation the lone round trips measured when the latest arrived: a loaded
+    /// lane asks on every acknowledgement, and lone ones come a few times a second.
+    pub fn spread(&self) -> Duration {
+        self.spread
+    }
+
+    /// The one-way delay's variation each way (lowest to highest) that the lone
+    /// round trips show, or zero where they show only a steady path's noise. Measured
+    /// among the lone round trips themselves, not above the lane's lowest: each of
+    /// them waited for the peer's acknowledgement delay, which a loaded lane's
+    /// acknowledgements do not. A lone packet's round trip is the sum of two draws,
+    /// one each way: the sum of two uniform spreads of `s` has 75 % of its draws
+    /// within about 1.3 `s` of its lowest, and the lowest of a few dozen draws sits
+    /// about 0.3 `s` above that, so their span is about `s`, give or take a fifth.
+    /// Taken a quarter larger: an understated variation leaves a loaded lane's
+    /// round trips above the delay cap's allowance, which then cuts the lane every
+    /// round trip (in the lane's path simulator, a variation understated by an eighth
+    /// kept a 40 ms one to 15 % of its path); an overstated one lets the lane keep
+    /// a little more queued.
+    fn measure(&self) -> Duration {
+        if self.count < MIN_SAMPLES {
+            return Duration::ZERO;
+        }
+        let mut sorted = self.samples;
+        let sorted = &mut sorted[..self.count];
+        sorted.sort_unstable();
+        let (num, den) = PERCENTILE;
+        let excess = sorted[(self.count * num).div_ceil(den) - 1] - sorted[0];
+        if excess < NOISE {
+            return Duration::ZERO;
+        }
+        excess * 5 / 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// Lone packets every 100 ms, each acknowledged after the given round trip.
+    fn learn(rtts_ms: &[u64]) -> VariationEstimate {
+        let mut v = VariationEstimate::default();
+        for (i, rtt) in rtts_ms.iter().enumerate() {
+            let sent = at(100 * i as u64);
+            v.on_sent(sent);
+            v.on_ack(sent + ms(*rtt), sent);
+        }
+        v
+    }
+
+    #[test]
+    fn lone_round_trips_spread_over_twice_the_variation_measure_it() {
+        // 60 ms apart from the variation; each way 0..20 ms: round trips 60..100,
+        // the sum of two draws.
+        let rtts: Vec<u64> = (0..32).map(|i| 60 + i * 7 % 21 + i * 13 % 21).collect();
+        let spread = learn(&rtts).spread();
+        assert!(
+            (ms(17)..=ms(25)).contains(&spread),
+            "a variation of 20 ms each way, learned as {spread:?}"
+        );
+    }
+
+    #[test]
+    fn a_steady_paths_noise_is_no_variation() {
+        // The peer's acknowledgement delay and a few ms of scheduling.
+        let rtts: Vec<u64> = (0..32).map(|i| 20 + (i * 7 % 9)).collect();
+        assert_eq!(learn(&rtts).spread(), Duration::ZERO);
+    }
+
+    #[test]
+    fn too_few_lone_round_trips_say_nothing() {
+        let rtts = [60, 100, 70, 95, 80];
+        assert_eq!(learn(&rtts).spread(), Duration::ZERO);
+        let mut more = rtts.to_vec();
+        more.push(85);
+        assert!(learn(&more).spread() > Duration::ZERO);
+    }
+
+    #[test]
+    fn packets_sent_close_together_are_not_lone() {
+        // A loaded lane: its round trips sit at the top of the range, and must not
+        // be read as the variation's draws.
+        let mut v = VariationEstimate::default();
+        for i in 0..100 {
+            let sent = at(i);
+            v.on_sent(sent);
+            v.on_ack(sent + ms(100), sent);
+        }
+        assert_eq!(v.count, 1, "only the first packet was lone");
+    }
+
+    #[test]
+    fn the_latest_lone_round_trips_replace_the_oldest() {
+        let mut rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 37 % 41)).collect();
+        rtts.extend(std::iter::repeat_n(61, 32));
+        assert_eq!(learn(&rtts).spread(), Duration::ZERO, "the path steadied");
+    }
+}
