@@ -147,7 +147,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             tun: tun_name,
             running: config.clone(),
             material,
-            driver: commands_tx,
+            driver: commands_tx.clone(),
             pacing: control.clone(),
             dialers,
             admission,
@@ -162,6 +162,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
             pacing: control,
             token,
             status: status.clone(),
+            driver: commands_tx,
         }),
         shutdown.clone(),
     ));

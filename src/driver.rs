@@ -26,6 +26,7 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::control::app_stats::AppStats;
+use crate::control::app_stats::SiteReport;
 use crate::control::command::DriverCommand;
 use crate::control::metrics::{Export, Metrics, TunOffload};
 use crate::control::status::{StatusBoard, StatusBuilder};
@@ -132,8 +133,10 @@ pub struct Driver {
     metrics: Arc<Metrics>,
     status_builder: StatusBuilder,
     /// Where `GET /v1/status` reads this thread's part, renewed with the
-    /// application report.
+    /// application report and whenever the admin API asks.
     status: Arc<StatusBoard>,
+    /// The applications' last report, for the status asked for in between.
+    apps: Vec<SiteReport>,
     /// systemd: `READY=1` once sent, and the lanes up last told in `STATUS=`.
     notifier: Arc<Notifier>,
     ready: bool,
@@ -196,6 +199,7 @@ impl Driver {
             metrics,
             status_builder,
             status,
+            apps: Vec::new(),
             notifier,
             ready: false,
             lanes_reported: None,
@@ -314,9 +318,8 @@ impl Driver {
                 export_at = now + METRICS_INTERVAL;
             }
             if now >= report_at {
-                let apps = self.app_stats.report(now, &self.engine);
-                let status = self.status_builder.build(now, &self.engine, &apps);
-                self.status.publish(self.links.shard.index, status);
+                self.apps = self.app_stats.report(now, &self.engine);
+                self.publish_status(now);
                 report_at = now + APP_REPORT_INTERVAL;
             }
             if let Some(every) = watchdog_every
@@ -606,7 +609,19 @@ impl Driver {
                     info!(sites = ids.join(", "), "sites applied");
                 }
             }
+            DriverCommand::PublishStatus(done) => {
+                self.publish_status(now);
+                let _ = done.try_send(());
+            }
         }
+    }
+
+    /// Publishes what the engine knows now: its lanes, flows and drops, with the
+    /// applications' rates of the last report (their rates are measured over the
+    /// report's interval, which an asked-for status must not shorten).
+    fn publish_status(&mut self, now: Instant) {
+        let status = self.status_builder.build(now, &self.engine, &self.apps);
+        self.status.publish(self.links.shard.index, status);
     }
 
     fn pass_dequeued(&mut self) {

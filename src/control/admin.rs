@@ -21,12 +21,14 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::control::command::DriverCommand;
 use crate::control::metrics::Metrics;
 use crate::control::pacing_control::{PacingControl, PutError};
-use crate::control::status::StatusBoard;
+use crate::control::status::{Status, StatusBoard};
 use crate::core::pacing_table::PacingTable;
 
 /// The largest request body taken: a table of 10,000 applications is about 2 MB.
@@ -38,8 +40,10 @@ pub struct Admin {
     pub pacing: Arc<PacingControl>,
     /// The bearer token writes need; `None` refuses every write.
     pub token: Option<String>,
-    /// The data path's last status (`GET /v1/status`), renewed every second.
+    /// The data path's status (`GET /v1/status`): renewed every second, and when
+    /// asked for through `driver`.
     pub status: Arc<StatusBoard>,
+    pub driver: mpsc::Sender<DriverCommand>,
 }
 
 impl Admin {
@@ -48,7 +52,7 @@ impl Admin {
     pub fn detached(
         sites: Vec<String>,
         token: Option<String>,
-        commands: tokio::sync::mpsc::Sender<crate::control::command::DriverCommand>,
+        commands: mpsc::Sender<DriverCommand>,
     ) -> anyhow::Result<Admin> {
         Ok(Admin {
             metrics: Arc::new(Metrics::new()?),
@@ -56,11 +60,12 @@ impl Admin {
                 sites,
                 Default::default(),
                 None,
-                commands,
+                commands.clone(),
                 Arc::default(),
             )),
             token,
-            status: Arc::default(),
+            status: Arc::new(StatusBoard::new(1)),
+            driver: commands,
         })
     }
 }
@@ -153,6 +158,35 @@ pub async fn serve_connection(
     served
 }
 
+/// How long `GET /v1/status` waits for the data path to publish what it knows now; a
+/// data path busier than that is answered with the status it published last (at most
+/// a second old).
+const STATUS_WAIT: Duration = Duration::from_millis(200);
+
+/// The status as the data path knows it when asked: each of its threads publishes its
+/// part on request, so that a lane that just came up, or a flow that just started,
+/// shows at once.
+async fn fresh_status(admin: &Admin) -> Status {
+    let threads = admin.status.threads();
+    let (done, mut published) = mpsc::channel(threads.max(1));
+    if admin
+        .driver
+        .send(DriverCommand::PublishStatus(done))
+        .await
+        .is_ok()
+    {
+        let all = async {
+            for _ in 0..threads {
+                if published.recv().await.is_none() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(STATUS_WAIT, all).await;
+    }
+    admin.status.current()
+}
+
 async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -170,7 +204,7 @@ async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> 
                 text(StatusCode::SERVICE_UNAVAILABLE, "no lane is up".into())
             }
         }
-        (&Method::GET, ["v1", "status"]) => json(StatusCode::OK, &admin.status.current()),
+        (&Method::GET, ["v1", "status"]) => json(StatusCode::OK, &fresh_status(admin).await),
         (&Method::GET, ["v1", "sites"]) => json(
             StatusCode::OK,
             &serde_json::json!({ "sites": admin.pacing.sites() }),
@@ -344,5 +378,50 @@ mod tests {
             .await
             .expect("the server and its connections end on shutdown")
             .expect("server task");
+    }
+
+    #[tokio::test]
+    async fn the_status_is_what_the_data_path_knows_when_asked() {
+        let (commands, mut driver) = mpsc::channel(1);
+        let admin = Admin::detached(vec!["site1".into()], None, commands).expect("admin");
+        let board = admin.status.clone();
+        tokio::spawn(async move {
+            while let Some(command) = driver.recv().await {
+                if let DriverCommand::PublishStatus(done) = command {
+                    let flows = 7;
+                    board.publish(
+                        0,
+                        Status {
+                            flows,
+                            ..Status::default()
+                        },
+                    );
+                    let _ = done.try_send(());
+                }
+            }
+        });
+        assert_eq!(
+            fresh_status(&admin).await.flows,
+            7,
+            "not the last second's 0"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_data_path_that_does_not_answer_leaves_the_last_status() {
+        let (commands, _held_but_never_read) = mpsc::channel(1);
+        let admin = Admin::detached(vec!["site1".into()], None, commands).expect("admin");
+        admin.status.publish(
+            0,
+            Status {
+                flows: 3,
+                ..Status::default()
+            },
+        );
+        let clock = crate::clock::Clock::new();
+        let asked = clock.now();
+        assert_eq!(fresh_status(&admin).await.flows, 3);
+        let waited = clock.now().saturating_since(asked);
+        assert!(waited < STATUS_WAIT * 2, "{waited:?}");
     }
 }

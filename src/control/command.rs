@@ -2,7 +2,7 @@
 //! data path's driver: its own module, so that the control plane does not import the
 //! driver.
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::SchedulerConfig;
 use crate::core::engine::{SiteIdx, SiteSpec};
@@ -22,4 +22,7 @@ pub enum DriverCommand {
     DefaultRate(u64),
     /// Serve exactly these sites from now on (an exit's reload changed them).
     ServeSites(Vec<SiteSpec>),
+    /// Publish the status now (`GET /v1/status`); each data-path thread answers on
+    /// the channel once it has.
+    PublishStatus(mpsc::Sender<()>),
 }

@@ -283,7 +283,10 @@ impl Metrics {
                 "site",
             )?,
             flows_active: {
-                let g = IntGauge::new("flows_active", "Flows the scheduler tracks")?;
+                let g = IntGauge::new(
+                    "flows_active",
+                    "Flows that sent a packet within the flow idle timeout",
+                )?;
                 registry.register(Box::new(g.clone()))?;
                 g
             },

@@ -174,6 +174,11 @@ impl StatusBoard {
         }
     }
 
+    /// The data-path threads that publish a part.
+    pub fn threads(&self) -> usize {
+        self.parts.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The gateway's status: every thread's flows, drops, lanes and applications.
     pub fn current(&self) -> Status {
         let parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());

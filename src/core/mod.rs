@@ -25,6 +25,7 @@ pub mod redial;
 pub mod reseq;
 pub mod route;
 pub mod sched;
+pub mod seen;
 pub mod shaper;
 pub mod site;
 pub mod stats;

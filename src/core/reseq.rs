@@ -29,6 +29,7 @@ use super::flow::FlowTable;
 use super::hash::FixedMap;
 use super::lane::LaneView;
 use super::packet::FlowKey;
+use super::seen::SeenWindow;
 use super::stats::DelayHistogram;
 use super::time::Instant;
 use super::wire::DatagramHeader;
@@ -87,7 +88,8 @@ pub struct ReseqCounters {
     /// Packets that arrived after their place in the flow was given up, or that were
     /// sent out of order on purpose (the baselines): the reordering the inner flow sees.
     pub reordered: u64,
-    /// Duplicates of a packet already held.
+    /// Duplicates of a packet already received (within the last 65,536 numbers,
+    /// `core/seen.rs`).
     pub dropped: u64,
     /// How long held packets were held.
     pub hold: DelayHistogram,
@@ -138,6 +140,8 @@ pub struct Resequencer {
     window_start: Instant,
     /// The least a packet is held: from the lanes' measured delays.
     base: Duration,
+    /// The site's numbers that arrived: a packet passes once.
+    seen: SeenWindow,
     counters: ReseqCounters,
 }
 
@@ -153,6 +157,7 @@ impl Resequencer {
             hold_peak_prev: Duration::ZERO,
             window_start: Instant::ZERO,
             base,
+            seen: SeenWindow::default(),
             counters: ReseqCounters::default(),
         }
     }
@@ -228,6 +233,12 @@ impl Resequencer {
         out: &mut VecDeque<Bytes>,
     ) {
         let DatagramHeader { seq, gap, copy, .. } = header;
+        if !self.seen.first_arrival(seq) {
+            // A loss repair's copy of a packet that arrived after all, or the
+            // original behind its copy.
+            self.counters.dropped += 1;
+            return;
+        }
         let prev = seq.wrapping_sub(u32::from(gap));
         let mut verdict = Verdict::Release;
         self.flows.update(flow, now, |order| {
@@ -683,9 +694,10 @@ mod tests {
         // A flood of flows, each with a gap, under a budget nearly spent already.
         let mut rig = Rig::new();
         rig.budget.bytes = MAX_HELD_BYTES - 100;
-        for f in 0..1000u64 {
-            let flow = FlowKey(1000 + f);
-            for (seq, gap) in [(1, 0), (3, 1)] {
+        for f in 0..1000u32 {
+            let flow = FlowKey(1000 + u64::from(f));
+            // Each flow's own numbers: the site numbers every packet once.
+            for (seq, gap) in [(4 * f + 1, 0), (4 * f + 3, 1)] {
                 rig.r.receive(
                     flow,
                     DatagramHeader {

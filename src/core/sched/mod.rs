@@ -6,6 +6,7 @@
 //! listed first, so every decision is reproducible.
 
 mod afmt;
+mod counted;
 mod min_rtt;
 mod round_robin;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod weighted_round_robin;
 use std::time::Duration;
 
 pub use afmt::Afmt;
+use counted::Counted;
 pub use min_rtt::MinRtt;
 pub use round_robin::RoundRobin;
 pub use single::Single;
@@ -121,7 +123,8 @@ pub trait Scheduler: Send {
     /// (dropped on its lane): forget that it was.
     fn unsent(&mut self, _flow: FlowKey) {}
 
-    /// Flows the scheduler currently tracks (0 for stateless algorithms).
+    /// Flows the scheduler currently tracks (0 for a stateless algorithm itself; the
+    /// engine's are counted, see `counted.rs`).
     fn flows(&self) -> usize {
         0
     }
@@ -175,16 +178,24 @@ impl Algorithm {
         Algorithm::ALL.into_iter().find(|a| a.as_str() == name)
     }
 
-    /// A scheduler of this kind; `flow_idle_timeout` and `max_flows` bound AFMT's
-    /// flow table.
+    /// A scheduler of this kind; `flow_idle_timeout` and `max_flows` bound its flow
+    /// table (AFMT's, or the count of a stateless scheduler's flows).
     pub fn build(self, flow_idle_timeout: Duration, max_flows: usize) -> Box<dyn Scheduler> {
         match self {
             Algorithm::Afmt => Box::new(Afmt::new(flow_idle_timeout, max_flows, true)),
             Algorithm::AfmtFlowlet => Box::new(Afmt::new(flow_idle_timeout, max_flows, false)),
-            Algorithm::RoundRobin => Box::new(RoundRobin::default()),
-            Algorithm::WeightedRoundRobin => Box::new(WeightedRoundRobin::default()),
-            Algorithm::MinRtt => Box::new(MinRtt),
-            Algorithm::Single => Box::new(Single),
+            Algorithm::RoundRobin => Box::new(Counted::new(
+                RoundRobin::default(),
+                flow_idle_timeout,
+                max_flows,
+            )),
+            Algorithm::WeightedRoundRobin => Box::new(Counted::new(
+                WeightedRoundRobin::default(),
+                flow_idle_timeout,
+                max_flows,
+            )),
+            Algorithm::MinRtt => Box::new(Counted::new(MinRtt, flow_idle_timeout, max_flows)),
+            Algorithm::Single => Box::new(Counted::new(Single, flow_idle_timeout, max_flows)),
         }
     }
 }
