@@ -1874,6 +1874,23 @@ fn green_traffic_takes_the_blue_lanes_while_the_green_path_is_cut_and_comes_back
 
 /// The average round trip of a ping run, in ms.
 /// The 99th percentile of a ping run's round trips (ms).
+/// Waits up to `timeout` until `role` sends what the counter `sample` counts (bytes)
+/// at `mbit` Mbit/s or more over a quarter second; whether it did.
+fn sending_at_least(tb: &Testbed, role: &str, sample: &str, mbit: f64, timeout: Duration) -> bool {
+    let clock = braid::clock::Clock::new();
+    let mut since = (clock.now(), tb.metric(role, sample));
+    eventually(timeout, || {
+        let now = (clock.now(), tb.metric(role, sample));
+        let secs = now.0.saturating_since(since.0).as_secs_f64();
+        if secs < 0.25 {
+            return false;
+        }
+        let rate = (now.1 - since.1) * 8.0 / secs / 1e6;
+        since = now;
+        rate >= mbit
+    })
+}
+
 fn p99_rtt_ms(out: &str) -> f64 {
     let mut rtts: Vec<f64> = out
         .lines()
@@ -1970,7 +1987,13 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         ],
         Ready::Now,
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // Judged once the downloads fill the uplink, not after a fixed time: 8 of the
+    // 10 Mbit/s (the exit shapes to 95 %) over a quarter second.
+    let lane = "braid_lane_tx_bytes_total{colour=\"blue\",site=\"site1\",uplink=\"up1\"}";
+    assert!(
+        sending_at_least(&tb, "ex", lane, 8.0, Duration::from_secs(5)),
+        "the downloads never filled the uplink"
+    );
     // EF pings are green, the others blue; their replies ride behind the downloads.
     let green = tb.spawn(
         "cl",

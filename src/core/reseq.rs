@@ -233,7 +233,7 @@ impl Resequencer {
         out: &mut VecDeque<Bytes>,
     ) {
         let DatagramHeader { seq, gap, copy, .. } = header;
-        if !self.seen.first_arrival(seq) {
+        if !self.seen.first_arrival(seq, copy) {
             // A loss repair's copy of a packet that arrived after all, or the
             // original behind its copy.
             self.counters.dropped += 1;

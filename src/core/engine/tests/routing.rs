@@ -14,7 +14,7 @@ use crate::core::packet::tests::{tcp_syn_v4, tcp_v4, udp_v6};
 use crate::core::sched::{Algorithm, DecisionKind};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, split_datagram};
+use crate::core::wire::{DATAGRAM_HEADER_LEN, mark_copy, split_datagram};
 
 use super::harness::*;
 
@@ -247,8 +247,12 @@ fn a_repaired_packet_whose_original_arrived_too_is_delivered_once() {
     let mut e = engine(Role::Entry, Algorithm::RoundRobin);
     let (a, b) = (up(&mut e, "a", 1400), up(&mut e, "a", 1400));
     let probe = udp_v6(100);
-    let mut delivered = |lane, seq| {
-        e.handle_lane_datagram(lane, datagram(seq, &probe), Instant::ZERO);
+    let mut delivered = |lane, seq, copy| {
+        let mut d = datagram(seq, &probe).to_vec();
+        if copy {
+            mark_copy(&mut d);
+        }
+        e.handle_lane_datagram(lane, Bytes::from(d), Instant::ZERO);
         let mut n = 0;
         while e.poll_tun_write().is_some() {
             n += 1;
@@ -256,10 +260,16 @@ fn a_repaired_packet_whose_original_arrived_too_is_delivered_once() {
         n
     };
     // 7's lane reported it lost, and its copy came over b; the original arrived too.
-    assert_eq!(delivered(b, 7), 1);
-    assert_eq!(delivered(a, 7), 0, "the original behind its copy");
-    assert_eq!(delivered(a, 8), 1);
-    assert_eq!(delivered(b, 8), 0, "a copy behind its original");
+    assert_eq!(delivered(b, 7, true), 1);
+    assert_eq!(delivered(a, 7, false), 0, "the original behind its copy");
+    assert_eq!(delivered(a, 8, false), 1);
+    assert_eq!(delivered(b, 8, true), 0, "a copy behind its original");
+    assert_eq!(delivered(a, 9, false), 1);
+    assert_eq!(
+        delivered(a, 8, false),
+        1,
+        "an original again: the sender restarted"
+    );
     assert_eq!(e.reseq_counters(SiteIdx(0)).dropped, 2);
 }
 
