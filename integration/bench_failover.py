@@ -16,6 +16,7 @@ from a second before the cut until the path returns (and, apart, in the two seco
 after), the download's goodput in the 100 ms intervals after the cut (as a
 share of its mean over the second before the cut; the intervals are iperf3's, aligned
 to the cut within about 10 ms), the time until the returning path carried packets again,
+the VoIP datagrams that arrived twice (a loss repair's copy and its original),
 and the lanes each gateway took out of service (`braid_lane_stalls_total`; in the steady
 variants below, with the log line that says why each one was, and the probes each
 gateway's lanes sent per second, `braid_lane_probes_total{direction="sent"}`).
@@ -127,6 +128,13 @@ def gaps(data, start_ns, end_ns):
     return longest, lost
 
 
+def duplicates(data):
+    """VoIP datagrams that arrived more than once: the receiving gateway should pass
+    each once, also when loss repair sent it again and the original arrived too."""
+    seqs = [s[0] for s in data["samples"]]
+    return len(seqs) - len(set(seqs))
+
+
 def idle_cost(label):
     """Packets and bits per second the idle first uplink carries, both ways."""
     def counters():
@@ -223,6 +231,7 @@ def run_one(variant, label, hold, braid, linkemu):
         row["stall_log"] = stall_log()
         intervals = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6)
                      for i in report["intervals"]]
+        row["duplicates"] = {d: duplicates(voip_data[d]) for d in VOIP_PORTS}
         if variant == "cut":
             cut_s = (cut_at - iperf_started) / 1e9
             row["voip"] = {d: gaps(voip_data[d], cut_at - 1_000_000_000, returned_at) for d in VOIP_PORTS}
@@ -248,13 +257,14 @@ def report(rows):
               f"50 packets/s VoIP flow dies beside a TCP download")
         print(f"{'run':34} {'hold s':>6} {'uplink':>6} {'share':>6} {'VoIP gap down/up ms':>20} "
               f"{'lost down/up':>12} {'TCP goodput per 100 ms after the cut (share of before)':>40} "
-              f"{'return s':>8} {'stalls en/ex':>12} {'after the return: gap ms, lost':>30}")
+              f"{'return s':>8} {'stalls en/ex':>12} {'dup down/up':>11} {'after the return: gap ms, lost':>30}")
         for r in cuts:
             v = r["voip"]
             shares = " ".join(f"{s:.2f}" for s in r["after_cut_share"])
             print(f"{r['run']:34} {r['hold_s']:6.1f} {r['voip_uplink']:>6} {r['cut_share']:6.2f} "
                   f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
                   f"{shares:>40} {r['return_s']:8.2f} {r['stalls']['en']:5.0f} / {r['stalls']['ex']:<4.0f} "
+                  f"{r['duplicates']['down']:5d} / {r['duplicates']['up']:<3d} "
                   + " ".join(f"{d} {g:.0f}, {lost:.0f}" for d, (g, lost) in r["voip_return"].items()))
     for variant, what in (("lossy", "5 % loss each way"),
                           ("jittery", f"up to {JITTER_MS} ms of jitter each way")):
