@@ -169,10 +169,11 @@ const STATUS_WAIT: Duration = Duration::from_millis(200);
 async fn fresh_status(admin: &Admin) -> Status {
     let threads = admin.status.threads();
     let (done, mut published) = mpsc::channel(threads.max(1));
+    // Not `send`: a data path whose command queue is full would hold the request
+    // beyond any wait; it is answered with the last status instead.
     if admin
         .driver
-        .send(DriverCommand::PublishStatus(done))
-        .await
+        .try_send(DriverCommand::PublishStatus(done))
         .is_ok()
     {
         let all = async {

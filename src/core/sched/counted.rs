@@ -16,12 +16,17 @@ pub struct Counted<S> {
     flows: FlowTable<()>,
 }
 
-impl<S> Counted<S> {
+impl<S: Scheduler + 'static> Counted<S> {
     pub fn new(inner: S, flow_idle_timeout: Duration, max_flows: usize) -> Counted<S> {
         Counted {
             inner,
             flows: FlowTable::new(flow_idle_timeout, max_flows),
         }
+    }
+
+    /// `inner` with its flows counted, as the engine keeps schedulers.
+    pub fn boxed(inner: S, flow_idle_timeout: Duration, max_flows: usize) -> Box<dyn Scheduler> {
+        Box::new(Counted::new(inner, flow_idle_timeout, max_flows))
     }
 }
 

@@ -184,18 +184,14 @@ impl Algorithm {
         match self {
             Algorithm::Afmt => Box::new(Afmt::new(flow_idle_timeout, max_flows, true)),
             Algorithm::AfmtFlowlet => Box::new(Afmt::new(flow_idle_timeout, max_flows, false)),
-            Algorithm::RoundRobin => Box::new(Counted::new(
-                RoundRobin::default(),
-                flow_idle_timeout,
-                max_flows,
-            )),
-            Algorithm::WeightedRoundRobin => Box::new(Counted::new(
-                WeightedRoundRobin::default(),
-                flow_idle_timeout,
-                max_flows,
-            )),
-            Algorithm::MinRtt => Box::new(Counted::new(MinRtt, flow_idle_timeout, max_flows)),
-            Algorithm::Single => Box::new(Counted::new(Single, flow_idle_timeout, max_flows)),
+            Algorithm::RoundRobin => {
+                Counted::boxed(RoundRobin::default(), flow_idle_timeout, max_flows)
+            }
+            Algorithm::WeightedRoundRobin => {
+                Counted::boxed(WeightedRoundRobin::default(), flow_idle_timeout, max_flows)
+            }
+            Algorithm::MinRtt => Counted::boxed(MinRtt, flow_idle_timeout, max_flows),
+            Algorithm::Single => Counted::boxed(Single, flow_idle_timeout, max_flows),
         }
     }
 }
