@@ -38,7 +38,7 @@ background flow, which takes a different part of a path it shares with the downl
 
 Usage (root): integration/bench_afmt.py --braid target/release/braid [--variants 3up,2up]
               [--algorithms afmt,round-robin,...] [--seconds 20] [--rounds 1] [--out bench-out]
-              [--warm SECONDS]
+              [--warm SECONDS] [--settle SECONDS]
 
 An algorithm written ALGORITHM@BINARY runs that braid binary instead of --braid's,
 so that two builds are measured side by side (e.g. afmt@old/braid,afmt@new/braid).
@@ -51,7 +51,9 @@ With --rounds N every algorithm runs N times, the algorithms taking turns, and t
 table shows the run with the median goodput and the goodput of every round. With
 --warm S every run begins with one download of S seconds and a 2 s pause before it is
 measured: lanes whose congestion windows earlier traffic has opened, as on a gateway
-that has been carrying traffic, instead of freshly connected ones.
+that has been carrying traffic, instead of freshly connected ones. --settle S (0.5 s
+unless given) is how long the gateways run, idle, between their start and the measured
+traffic: a gateway up for a while, as in a branch office, against one just started.
 
 Per variant it prints a table and writes DIR/VARIANT.json and DIR/VARIANT.svg (goodput
 per second, like the paper's Figure 4), and DIR/VARIANT-rounds.json: every round of every
@@ -140,14 +142,16 @@ def lane_bytes(name, uplink, text=None):
 
 def sample_uplinks(name, n, done, into, drops):
     """Once a second until `done`: per uplink, the exit's bytes sent, SRTT (ms), cwnd
-    (bytes) and QUIC packets lost so far; into `drops`, the exit's packets dropped so
-    far (every reason)."""
+    (bytes), QUIC packets lost so far and the delay variation its lane allows (ms; a
+    build before the metric reads 0); into `drops`, the exit's packets dropped so far
+    (every reason)."""
     while not done.wait(1):
         text = metrics_text(name, "ex")
         drops.append(metric(name, "ex", "braid_packets_dropped_total", text))
         lane = lambda family, i: metric(name, "ex", f'braid_{family}{{colour="blue",site="site1",uplink="up{i}"}}', text)
         into.append([{"tx_bytes": lane_bytes(name, i, text), "srtt_ms": 1000 * lane("lane_srtt_seconds", i),
-                      "cwnd": lane("lane_cwnd_bytes", i), "lost": lane("lane_lost_packets_total", i)}
+                      "cwnd": lane("lane_cwnd_bytes", i), "lost": lane("lane_lost_packets_total", i),
+                      "variation_ms": 1000 * lane("lane_delay_variation_seconds", i)}
                      for i in range(1, n + 1)])
 
 
@@ -203,7 +207,7 @@ SENDER_COUNTERS = ["TCPHystartDelayDetect", "TCPHystartDelayCwnd", "TCPHystartTr
                    "TCPHystartTrainCwnd", "TCPSackRecovery", "TCPTimeouts"]
 
 
-def run_one(variant, label, seconds, braid, linkemu, warm=0):
+def run_one(variant, label, seconds, braid, linkemu, warm=0, settle=0.5):
     """One run of `label` (an algorithm, or ALGORITHM@BINARY) on `variant`."""
     algorithm, _, binary = label.partition("@")
     algorithm, _, option = algorithm.partition("+")
@@ -242,7 +246,7 @@ def run_one(variant, label, seconds, braid, linkemu, warm=0):
             subprocess.Popen(inns(name, "en", "iperf3", "-s", "-1", "-p", "5301", "-B", bg_addr),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         ]
-        time.sleep(0.5)
+        time.sleep(settle)
         if warm:
             # Lanes whose windows earlier traffic has opened, as on a gateway that has
             # carried traffic before: one download of `warm` seconds, then a pause.
@@ -445,6 +449,8 @@ def main():
     p.add_argument("--out", default="bench-out")
     p.add_argument("--warm", type=int, default=0,
                    help="seconds of one download before each measured run (lanes' windows open)")
+    p.add_argument("--settle", type=float, default=0.5,
+                   help="seconds between the gateways' start and the measured traffic")
     a = p.parse_args()
     braid = os.path.abspath(a.braid)
     linkemu = os.path.abspath(a.linkemu or os.path.join(os.path.dirname(braid), "braid-linkemu"))
@@ -455,7 +461,7 @@ def main():
         for round_ in range(1, a.rounds + 1):
             for label in labels:
                 print(f"running {variant} / {label} (round {round_} of {a.rounds}) ...", file=sys.stderr, flush=True)
-                runs[label].append(run_one(variant, label, a.seconds, braid, linkemu, a.warm))
+                runs[label].append(run_one(variant, label, a.seconds, braid, linkemu, a.warm, a.settle))
         rows = []
         for label in labels:
             ordered = sorted(runs[label], key=lambda r: r["bytes"])

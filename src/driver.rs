@@ -365,7 +365,7 @@ impl Driver {
             }
         }
         while let Some((lane, service)) = self.engine.poll_lane_service() {
-            self.log_lane_service(lane, service);
+            self.serve_lane(lane, service);
         }
         while let Some((thread, datagram)) = self.engine.poll_handoff() {
             self.handoffs[thread].push(datagram);
@@ -400,8 +400,15 @@ impl Driver {
         }
     }
 
-    /// Says why traffic left an uplink's lane, or that it carries again.
-    fn log_lane_service(&self, lane: LaneId, service: LaneService) {
+    /// Says why traffic left an uplink's lane, or that it carries again; hands the
+    /// lane's controller what the peer learned of its uplink's delay variation.
+    fn serve_lane(&self, lane: LaneId, service: LaneService) {
+        if let LaneService::PeerVariation { spread } = service {
+            if let Some(io) = self.lanes.get(lane.0 as usize).and_then(Option::as_ref) {
+                io.set_peer_variation(spread);
+            }
+            return;
+        }
         let Some(report) = self.engine.lane(lane) else {
             return;
         };
@@ -438,6 +445,7 @@ impl Driver {
                 out_ms = out_for.as_millis() as u64,
                 "lane back in service"
             ),
+            LaneService::PeerVariation { .. } => {}
         }
     }
 

@@ -74,4 +74,5 @@ pub fn drain(e: &mut DataPath, now: Instant) {
     while e.poll_transmit().is_some() {}
     while e.poll_tun_write().is_some() {}
     while e.poll_lane_close().is_some() {}
+    while e.poll_lane_service().is_some() {}
 }

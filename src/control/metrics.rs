@@ -36,6 +36,7 @@ pub struct Metrics {
     queue_delay: Arc<DelayHistograms>,
     uplink_up: IntGaugeVec,
     lane_srtt: GaugeVec,
+    lane_delay_variation: GaugeVec,
     lane_cwnd: IntGaugeVec,
     lane_fill: IntGaugeVec,
     lane_tx_bytes: IntCounterVec,
@@ -86,6 +87,7 @@ pub struct AppMetrics {
 #[derive(Clone)]
 pub struct LaneMetrics {
     pub srtt: Gauge,
+    pub delay_variation: Gauge,
     pub cwnd: IntGauge,
     pub fill: IntGauge,
     pub tx_bytes: IntCounter,
@@ -189,6 +191,14 @@ impl Metrics {
             &LANE_LABELS,
         )?;
         registry.register(Box::new(lane_srtt.clone()))?;
+        let lane_delay_variation = GaugeVec::new(
+            Opts::new(
+                "lane_delay_variation_seconds",
+                "How much the uplink's one-way delay varies by itself, as the lane's delay cap allows it: declared, or learned (0: steady)",
+            ),
+            &LANE_LABELS,
+        )?;
+        registry.register(Box::new(lane_delay_variation.clone()))?;
         Ok(Metrics {
             dropped,
             abe_packets,
@@ -203,6 +213,7 @@ impl Metrics {
                 &["site", "uplink"],
             )?,
             lane_srtt,
+            lane_delay_variation,
             lane_cwnd: gauge(
                 "lane_cwnd_bytes",
                 "Congestion window of the lane's QUIC connection",
@@ -411,6 +422,7 @@ impl Metrics {
         };
         LaneMetrics {
             srtt: self.lane_srtt.with_label_values(&l),
+            delay_variation: self.lane_delay_variation.with_label_values(&l),
             cwnd: self.lane_cwnd.with_label_values(&l),
             fill: self.lane_fill.with_label_values(&l),
             tx_bytes: self.lane_tx_bytes.with_label_values(&l),
@@ -836,6 +848,7 @@ impl Export {
             let m = &l.metrics;
             self.uplinks[l.uplink].any_lane_up |= view.up;
             m.srtt.set(view.srtt.as_secs_f64());
+            m.delay_variation.set(view.delay_variation.as_secs_f64());
             m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
             m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
             let old = l.exported;

@@ -42,6 +42,10 @@ pub struct LaneStatus {
     /// Seconds in this state.
     pub since_seconds: u64,
     pub srtt_ms: f64,
+    /// How much the uplink's one-way delay varies by itself, as the lane's delay cap
+    /// allows it: declared, or learned from the lane's lone packets (0: steady).
+    #[serde(default)]
+    pub delay_variation_ms: f64,
     pub cwnd_bytes: u64,
     pub fill_bytes: u64,
     /// Measured over the last second; up is site to concentrator.
@@ -111,6 +115,7 @@ impl StatusBuilder {
                 state: state.to_string(),
                 since_seconds: now.saturating_since(lane.state_since).as_secs(),
                 srtt_ms: lane.view.srtt.as_secs_f64() * 1000.0,
+                delay_variation_ms: lane.view.delay_variation.as_secs_f64() * 1000.0,
                 cwnd_bytes: lane.view.cwnd,
                 fill_bytes: lane.view.fill,
                 rate_up_bps,
@@ -336,6 +341,7 @@ mod tests {
             state: state.into(),
             since_seconds: 4000,
             srtt_ms: 12.345,
+            delay_variation_ms: 10.0,
             cwnd_bytes: 123_456_789,
             fill_bytes: 99_999_999,
             rate_up_bps: 987_654_321_000,

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::core::aqm;
+use crate::core::lane_cc;
 use crate::core::time::Instant;
 
 /// Index of a lane inside one gateway; reused after the lane is gone.
@@ -89,16 +90,20 @@ pub struct LaneView {
     /// paced it yet, so a small window goes out in bursts
     /// (see [`LaneView::latest_arrival`]).
     pub first_slow_start: bool,
+    /// How much the uplink's one-way delay varies by itself, declared or learned
+    /// ([`LaneSample::delay_variation`]): round trips that far above the lowest are
+    /// the path's, not a queue.
+    pub delay_variation: Duration,
 }
 
-/// The path delay of the longest of `lanes` that are up, one way (half its lowest
-/// SRTT): what a flow striped over them waits for at the receiver, and so what a
-/// shorter lane may queue without delaying the flow.
+/// The path delay of the longest of `lanes` that are up, one way, loaded
+/// ([`LaneView::one_way`]): what a flow striped over them waits for at the receiver,
+/// and so what a shorter lane may queue without delaying the flow.
 pub fn longest_one_way(lanes: &[LaneView]) -> Duration {
     lanes
         .iter()
         .filter(|v| v.up)
-        .map(|v| v.min_srtt / 2)
+        .map(LaneView::one_way)
         .max()
         .unwrap_or_default()
 }
@@ -147,6 +152,10 @@ pub struct LaneSample {
     /// controller judges its queue: declared, or learned (`core/lane_cc/variation.rs`);
     /// zero for a steady uplink.
     pub delay_variation: Duration,
+    /// What this end of the lane learned of that variation itself, from its own lone
+    /// packets (zero: nothing): what it reports to the peer
+    /// (`core/engine/variation_report.rs`).
+    pub learned_variation: Duration,
 }
 
 impl LaneView {
@@ -165,6 +174,7 @@ impl LaneView {
             rate_kbps: None,
             rank: 0,
             first_slow_start: false,
+            delay_variation: Duration::ZERO,
         }
     }
 
@@ -177,15 +187,26 @@ impl LaneView {
     }
 
     /// The lane's round-trip time as a packet handed to it now meets it: its SRTT,
-    /// or, once it has been idle for longer than that, its lowest SRTT (whatever
-    /// queue the SRTT measured has drained, and an idle connection's SRTT is not
-    /// renewed).
+    /// or, once it has been idle for longer than that, its round trip without a
+    /// queue (whatever queue the SRTT measured has drained, and an idle connection's
+    /// SRTT is not renewed): its lowest SRTT, and over an uplink whose delay varies,
+    /// what the variation adds to a loaded lane's (see [`LaneView::one_way`]).
     pub fn path_srtt(&self, now: Instant) -> Duration {
         if now.saturating_since(self.last_sent) > self.srtt {
-            self.min_srtt.min(self.srtt)
+            (2 * self.one_way()).min(self.srtt)
         } else {
             self.srtt
         }
+    }
+
+    /// How far the lane's round trip stands above its lowest beyond what the uplink's
+    /// delay variation puts there when the lane is loaded
+    /// ([`crate::core::lane_cc::variation_allowance`]): the queue at the uplink's
+    /// bottleneck.
+    pub fn bottleneck_queue(&self, now: Instant) -> Duration {
+        self.path_srtt(now)
+            .saturating_sub(self.min_srtt)
+            .saturating_sub(lane_cc::variation_allowance(self.delay_variation))
     }
 
     /// When a packet of `len` bytes handed to the lane now is expected to arrive:
@@ -227,7 +248,19 @@ impl LaneView {
     /// that way), so only this excess is a queue for the lane's CoDel to drain and
     /// to bound.
     pub fn wait_beyond(&self, sojourn: Duration, longest_one_way: Duration) -> Duration {
-        (self.min_srtt / 2 + sojourn).saturating_sub(longest_one_way)
+        (self.one_way() + sojourn).saturating_sub(longest_one_way)
+    }
+
+    /// The lane's path delay one way when it carries traffic, without a queue: half
+    /// its lowest SRTT, and over an uplink whose delay varies, half what the variation
+    /// puts on a loaded lane's round trip
+    /// ([`crate::core::lane_cc::variation_allowance`]). Counted at its lowest alone,
+    /// a varying lane looked shorter than its packets take: the shorter lanes' queues
+    /// were drained (CoDel) before a striped packet would arrive as early on the
+    /// varying lane, so one download's packets were dropped on the 16 and 32 Mbit/s
+    /// lanes while the 50 Mbit/s one carried 1-8 Mbit/s of it.
+    pub fn one_way(&self) -> Duration {
+        (self.min_srtt + lane_cc::variation_allowance(self.delay_variation)) / 2
     }
 
     /// braid's queue for the lane is past its bound in time: a packet handed to the
@@ -246,5 +279,67 @@ impl LaneView {
     /// The lane's window goes out in one or two bursts per round trip.
     fn sends_in_bursts(&self) -> bool {
         self.first_slow_start && self.cwnd < BURST_WINDOW_DATAGRAMS * self.max_datagram as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn lane(id: u32, min_srtt: u64, srtt: u64, variation: u64) -> LaneView {
+        LaneView {
+            min_srtt: ms(min_srtt),
+            srtt: ms(srtt),
+            delay_variation: ms(variation),
+            ..LaneView::new(LaneId(id), Colour::Blue)
+        }
+    }
+
+    #[test]
+    fn a_varying_lane_counts_as_long_as_its_loaded_packets_take() {
+        // 20 ms each way, lowest round trip 45 ms: loaded, 30 ms above it.
+        let lanes = [lane(0, 20, 20, 0), lane(1, 45, 75, 20)];
+        assert_eq!(lanes[1].one_way(), Duration::from_micros(37_500));
+        assert_eq!(longest_one_way(&lanes), Duration::from_micros(37_500));
+        // The short lane may queue until its packets arrive as late: 27.5 ms.
+        assert_eq!(
+            lanes[0].wait_beyond(ms(27), longest_one_way(&lanes)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            lanes[0].wait_beyond(ms(30), longest_one_way(&lanes)),
+            Duration::from_micros(2_500)
+        );
+        // The varying lane's own queue is a queue from its first byte.
+        assert_eq!(lanes[1].wait_beyond(ms(4), longest_one_way(&lanes)), ms(4));
+        // Its round trip up to the variation's allowance above the lowest is no
+        // queue at its bottleneck; beyond, it is.
+        assert_eq!(lanes[1].bottleneck_queue(Instant::ZERO), Duration::ZERO);
+        let queued = LaneView {
+            srtt: ms(80),
+            ..lanes[1]
+        };
+        assert_eq!(queued.bottleneck_queue(Instant::ZERO), ms(5));
+        // Idle for longer than its SRTT, it counts as loaded without a queue.
+        let idle = LaneView {
+            srtt: ms(90),
+            last_sent: Instant::ZERO,
+            ..lanes[1]
+        };
+        assert_eq!(idle.path_srtt(Instant::ZERO + ms(91)), ms(75));
+        assert_eq!(idle.path_srtt(Instant::ZERO + ms(90)), ms(90));
+        // A lane that went down counts for nothing.
+        let down = [
+            lanes[0],
+            LaneView {
+                up: false,
+                ..lanes[1]
+            },
+        ];
+        assert_eq!(longest_one_way(&down), ms(10));
     }
 }

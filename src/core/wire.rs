@@ -6,6 +6,8 @@
 //! Messages longer than [`MAX_MESSAGE_LEN`] are refused. The protocol is described in
 //! `docs/protocol.md`.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use super::lane::Colour;
@@ -15,8 +17,8 @@ use super::lane_cc::MAX_DELAY_VARIATION_MS;
 pub const ALPN: &[u8] = b"braid/1";
 /// Version carried in the hello; the exit refuses versions it does not speak.
 /// Version 2 added the flow gap to the datagram header, version 3 the lane sequence
-/// number and loss reports.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// number and loss reports, version 4 variation reports.
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest hello or reply accepted.
 pub const MAX_MESSAGE_LEN: usize = 4096;
 /// Every DATAGRAM frame starts with this many bytes, big-endian: the sender's
@@ -88,6 +90,42 @@ impl LossReport {
     }
 }
 
+/// A variation report: a header of zeros, [`VARIATION_REPORT_TAG`] and, in
+/// microseconds (4 bytes, big-endian), how much the uplink's one-way delay varies
+/// each way as the sending end learned it from its own lone packets (0: it learned
+/// none). Both ends of a lane measure the same round trip; each takes the larger of
+/// its own estimate and its peer's (`core/lane_cc/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VariationReport {
+    pub spread: Duration,
+}
+
+/// The byte behind a variation report's header of zeros.
+pub const VARIATION_REPORT_TAG: u8 = 2;
+/// The length of a variation report.
+pub const VARIATION_REPORT_LEN: usize = DATAGRAM_HEADER_LEN + 5;
+
+impl VariationReport {
+    pub fn encode(self) -> [u8; VARIATION_REPORT_LEN] {
+        let micros = u32::try_from(self.spread.as_micros()).unwrap_or(u32::MAX);
+        let mut out = [0; VARIATION_REPORT_LEN];
+        out[DATAGRAM_HEADER_LEN] = VARIATION_REPORT_TAG;
+        out[DATAGRAM_HEADER_LEN + 1..].copy_from_slice(&micros.to_be_bytes());
+        out
+    }
+
+    /// The report a received datagram is, if it is one.
+    pub fn decode(datagram: &[u8]) -> Option<VariationReport> {
+        let (header, body) = datagram.split_first_chunk::<DATAGRAM_HEADER_LEN>()?;
+        match *body {
+            [VARIATION_REPORT_TAG, m0, m1, m2, m3] if *header == PROBE => Some(VariationReport {
+                spread: Duration::from_micros(u64::from(u32::from_be_bytes([m0, m1, m2, m3]))),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a received datagram is a probe: a header of zeros, then nothing or zeros.
 /// No IP packet starts with a zero byte (its version), so a packet that happens to
 /// get sequence number 0 with no flow gap is not taken for one.
@@ -125,8 +163,8 @@ pub fn mark_copy(buf: &mut [u8]) {
     buf[4] |= (GAP_COPY >> 8) as u8;
 }
 
-/// What a datagram received on a lane is: a packet behind its header, a probe, or a
-/// loss report. The three share the header's room, and a probe's and a report's
+/// What a datagram received on a lane is: a packet behind its header, a probe, a
+/// loss report or a variation report. They share the header's room, and a probe's and a report's
 /// header of zeros could be a packet's: [`Datagram::parse`] tells them apart in the one
 /// order that is right (see [`is_probe`] and [`LossReport`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +178,7 @@ pub enum Datagram<'a> {
     /// A probe: it carries nothing for braid.
     Probe,
     LossReport(LossReport),
+    VariationReport(VariationReport),
 }
 
 impl Datagram<'_> {
@@ -150,6 +189,9 @@ impl Datagram<'_> {
         }
         if let Some(report) = LossReport::decode(datagram) {
             return Some(Datagram::LossReport(report));
+        }
+        if let Some(report) = VariationReport::decode(datagram) {
+            return Some(Datagram::VariationReport(report));
         }
         let (header, packet) = split_datagram(datagram)?;
         Some(Datagram::Packet { header, packet })
@@ -365,6 +407,40 @@ mod tests {
     }
 
     #[test]
+    fn a_variation_report_round_trips_and_is_no_other_datagram() {
+        let report = VariationReport {
+            spread: Duration::from_micros(23_456),
+        };
+        let bytes = report.encode();
+        assert_eq!(VariationReport::decode(&bytes), Some(report));
+        assert_eq!(
+            Datagram::parse(&bytes),
+            Some(Datagram::VariationReport(report))
+        );
+        assert!(!is_probe(&bytes));
+        assert_eq!(LossReport::decode(&bytes), None);
+        assert_eq!(
+            VariationReport::decode(&bytes[..VARIATION_REPORT_LEN - 1]),
+            None
+        );
+        assert_eq!(
+            VariationReport::decode(&LossReport { first: 2, count: 1 }.encode()),
+            None
+        );
+        let mut not_zeros = bytes;
+        not_zeros[0] = 1;
+        assert_eq!(VariationReport::decode(&not_zeros), None);
+        // Beyond what four bytes of microseconds hold: the most they hold.
+        let huge = VariationReport {
+            spread: Duration::from_secs(10_000),
+        };
+        assert_eq!(
+            VariationReport::decode(&huge.encode()).map(|r| r.spread),
+            Some(Duration::from_micros(u64::from(u32::MAX)))
+        );
+    }
+
+    #[test]
     fn a_datagram_parses_as_a_probe_a_loss_report_or_a_packet() {
         assert_eq!(Datagram::parse(&PROBE), Some(Datagram::Probe));
         assert_eq!(
@@ -407,7 +483,9 @@ mod tests {
         ));
         let v1 = br#"{"version":1,"site":"a","uplink":"b","colour":"blue"}"#;
         assert!(matches!(Hello::decode(v1), Err(WireError::Version(1))));
-        let bad = br#"{"version":3,"site":"a b","uplink":"b","colour":"blue"}"#;
+        let v3 = br#"{"version":3,"site":"a","uplink":"b","colour":"blue"}"#;
+        assert!(matches!(Hello::decode(v3), Err(WireError::Version(3))));
+        let bad = br#"{"version":4,"site":"a b","uplink":"b","colour":"blue"}"#;
         assert!(matches!(
             Hello::decode(bad),
             Err(WireError::Invalid { field: "site", .. })

@@ -28,6 +28,11 @@ pub struct KnownUplink {
     /// The variation the lane's controller judges its queue with (declared, or else
     /// learned), in microseconds, for the engine (`LaneSample::delay_variation`).
     variation_in_force_us: AtomicU64,
+    /// What this end learned of the variation itself, in microseconds, for the
+    /// engine to report to the peer (`LaneSample::learned_variation`).
+    learned_variation_us: AtomicU64,
+    /// What the peer's end reported it learned, in microseconds.
+    peer_variation_us: AtomicU64,
 }
 
 impl KnownUplink {
@@ -49,12 +54,35 @@ impl KnownUplink {
     }
 
     fn delay_variation(&self) -> Duration {
-        Duration::from_micros(self.delay_variation_us.load(Ordering::Relaxed))
+        micros(&self.delay_variation_us)
     }
 
     /// The delay variation the lane's controller judges its queue with.
     pub fn variation_in_force(&self) -> Duration {
-        Duration::from_micros(self.variation_in_force_us.load(Ordering::Relaxed))
+        micros(&self.variation_in_force_us)
+    }
+
+    /// The delay variation this end learned itself.
+    pub fn learned_variation(&self) -> Duration {
+        micros(&self.learned_variation_us)
+    }
+
+    /// The peer's end reports it learned that the delay varies by `spread`.
+    pub fn set_peer_variation(&self, spread: Duration) {
+        store_micros(&self.peer_variation_us, spread);
+    }
+}
+
+fn micros(value: &AtomicU64) -> Duration {
+    Duration::from_micros(value.load(Ordering::Relaxed))
+}
+
+/// Stores `d` in microseconds where it changed: the controller publishes on every
+/// acknowledgement, and a store would dirty a cache line the driver's thread reads.
+fn store_micros(value: &AtomicU64, d: Duration) {
+    let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    if us != value.load(Ordering::Relaxed) {
+        value.store(us, Ordering::Relaxed);
     }
 }
 
@@ -116,13 +144,17 @@ impl Controller for LaneController {
         self.window
             .set_delay_variation(self.uplink.delay_variation());
         self.window
+            .set_peer_variation(micros(&self.uplink.peer_variation_us));
+        self.window
             .on_ack(now, sent, bytes, app_limited, rtt.get(), rtt.min());
-        let micros = u64::try_from(self.window.delay_variation().as_micros()).unwrap_or(u64::MAX);
-        if micros != self.uplink.variation_in_force_us.load(Ordering::Relaxed) {
-            self.uplink
-                .variation_in_force_us
-                .store(micros, Ordering::Relaxed);
-        }
+        store_micros(
+            &self.uplink.variation_in_force_us,
+            self.window.delay_variation(),
+        );
+        store_micros(
+            &self.uplink.learned_variation_us,
+            self.window.learned_variation(),
+        );
     }
 
     fn on_congestion_event(

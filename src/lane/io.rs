@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -80,6 +81,12 @@ impl LaneIo {
         self.queue.send(datagram).is_ok()
     }
 
+    /// The peer's end reports it learned that the uplink's delay varies by `spread`:
+    /// for the lane's congestion controller.
+    pub fn set_peer_variation(&self, spread: Duration) {
+        self.path.set_peer_variation(spread);
+    }
+
     /// Bytes that have left the lane's queue so far.
     pub fn dequeued_bytes(&self) -> u64 {
         self.progress.dequeued_bytes.load(Ordering::Relaxed)
@@ -115,6 +122,7 @@ impl LaneIo {
             refused_datagrams: p.refused.load(Ordering::Relaxed),
             abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
             delay_variation: self.path.variation_in_force(),
+            learned_variation: self.path.learned_variation(),
         }
     }
 }

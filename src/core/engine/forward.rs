@@ -90,7 +90,7 @@ impl DataPath {
         let verdict = match lane.shaper {
             Some(s) => {
                 let mtu = view.max_datagram as u64;
-                let intended = longest.saturating_sub(view.min_srtt / 2);
+                let intended = longest.saturating_sub(view.one_way());
                 let shaper = &mut self.shapers[s].shaper;
                 // Flows striped over the site's lanes hear of its drops as late as the
                 // longest lane delivers.

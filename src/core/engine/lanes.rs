@@ -65,8 +65,6 @@ pub(super) struct Lane {
     /// In its first slow start: neither a window reduction nor a loss has shown the
     /// path's capacity yet (see [`DataPath::warm_up`] and [`DataPath::open_lanes`]).
     pub opening: bool,
-    /// How much the uplink's delay varies, as the last sample said.
-    pub delay_variation: Duration,
     /// Keeps the lane's queue inside braid short in time, whatever its rate.
     pub codel: CoDel,
     /// The shaper of the lane's uplink (an index into the engine's), when its rate is
@@ -87,6 +85,9 @@ pub(super) struct Lane {
     /// and of the next one expected from the peer (`None` before the first).
     pub tx_lane_seq: u16,
     pub rx_lane_seq: Option<u16>,
+    /// The delay variation last reported to the peer, and when
+    /// (`variation_report.rs`).
+    pub variation_reported: (Duration, Option<Instant>),
 }
 
 impl Lane {
@@ -117,7 +118,6 @@ impl Lane {
             dequeued_bytes: 0,
             quinn_queued_bytes: 0,
             opening: true,
-            delay_variation: Duration::ZERO,
             codel: CoDel::for_lane(Duration::ZERO),
             shaper: None,
             min_srtt: WindowedMin::default(),
@@ -130,6 +130,7 @@ impl Lane {
             recent_bytes: 0,
             tx_lane_seq: 0,
             rx_lane_seq: None,
+            variation_reported: (Duration::ZERO, None),
         }
     }
 

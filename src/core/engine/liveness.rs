@@ -84,8 +84,9 @@ pub(super) fn exchange_timeout(srtt: Duration) -> Duration {
     srtt + PEER_ACK_DELAY + ANSWER_SLACK
 }
 
-/// A lane taken out of service because its path fell silent, or put back: what the
-/// shell logs, so that an operator sees why traffic left an uplink.
+/// What the shell must hear of a lane: taken out of service because its path fell
+/// silent, or put back (logged, so that an operator sees why traffic left an
+/// uplink); or what the peer learned of the uplink's delay variation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaneService {
     /// Nothing heard from the peer for `silent_for`, while `unanswered` datagrams
@@ -108,6 +109,10 @@ pub enum LaneService {
     },
     /// Heard from again, with nothing left queued from before, after `out_for`.
     Back { out_for: Duration },
+    /// The peer's end learned that the uplink's delay varies by `spread` each way
+    /// (`core/engine/variation_report.rs`): the shell hands it to the lane's
+    /// congestion controller.
+    PeerVariation { spread: Duration },
 }
 
 impl Lane {

@@ -45,6 +45,7 @@ mod sites;
 #[cfg(test)]
 mod tests;
 mod timers;
+mod variation_report;
 mod warm_up;
 
 use std::collections::VecDeque;
@@ -308,6 +309,7 @@ impl DataPath {
                 return;
             }
             Some(Datagram::LossReport(report)) => return self.repair(lane, report, now),
+            Some(Datagram::VariationReport(report)) => return self.peer_variation(lane, report),
             Some(Datagram::Packet { .. }) | None => {}
         }
         // Counted before the check: a datagram too short for a header was received too.
@@ -319,11 +321,7 @@ impl DataPath {
         };
         if let Some(report) = l.received_lane_seq(header.lane_seq) {
             l.counters.loss_reported += u64::from(report.count);
-            let datagram = Bytes::copy_from_slice(&report.encode());
-            let srtt = view_mut(&mut self.sites, site_idx, lane).map_or(Duration::ZERO, |v| v.srtt);
-            let due = l.hand(datagram.len() as u64, srtt, Duration::ZERO, now);
-            self.timers.earliest(Timer::StallCheck, due);
-            self.transmits.push_back(Transmit { lane, datagram });
+            self.hand_control(lane, Bytes::copy_from_slice(&report.encode()), now);
         }
         let Ok(info) = PacketInfo::parse(packet) else {
             return self.count_drop(DropReason::Malformed);
@@ -544,10 +542,10 @@ impl DataPath {
             // the variation for a queue: the lane's controller slow-starts again
             // (`core/lane_cc/`), and the lane is warmed up again as when it came up,
             // since a lane the scheduler passes over has nothing to grow with.
-            if l.delay_variation.is_zero() && !sample.delay_variation.is_zero() {
+            if v.delay_variation.is_zero() && !sample.delay_variation.is_zero() {
                 l.opening = true;
             }
-            l.delay_variation = sample.delay_variation;
+            v.delay_variation = sample.delay_variation;
             v.first_slow_start = l.in_first_slow_start();
             l.codel.fit_lane(v.min_srtt);
             // A shaped lane carries no more than its uplink's rate, whatever QUIC's
@@ -571,7 +569,24 @@ impl DataPath {
             self.give_up(lane, sample.srtt, now);
         } else {
             self.warm_up(lane, now);
+            if up {
+                self.report_variation(lane, sample.learned_variation, now);
+            }
         }
+    }
+
+    /// Hands `lane` one of braid's own messages (a loss or variation report): counted
+    /// as handed like a packet, so that its answer is awaited as a packet's is.
+    /// Returns whether the lane exists to take it.
+    fn hand_control(&mut self, lane: LaneId, datagram: Bytes, now: Instant) -> bool {
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return false;
+        };
+        let srtt = view_mut(&mut self.sites, l.site, lane).map_or(Duration::ZERO, |v| v.srtt);
+        let due = l.hand(datagram.len() as u64, srtt, Duration::ZERO, now);
+        self.timers.earliest(Timer::StallCheck, due);
+        self.transmits.push_back(Transmit { lane, datagram });
+        true
     }
 
     /// Schedules with new settings from now on (a reload changed them). The new

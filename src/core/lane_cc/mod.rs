@@ -97,7 +97,9 @@ pub const MAX_START_WINDOW: u64 = 16 * 1024 * 1024;
 /// whose one-way delay varies by `spread` each way without a queue: all of it on the
 /// way out, half on the way back: the cap then keeps such a path full with a short
 /// queue of its own (`path_sim::run_declaring`; docs/design/lane-congestion-control.md).
-const VARIATION_ALLOWANCE: (u32, u32) = (3, 2);
+pub fn variation_allowance(spread: Duration) -> Duration {
+    spread * 3 / 2
+}
 /// The most delay variation an uplink may declare, in ms (`delay_variation_ms` in the
 /// configuration and the hello): a second of variation is no uplink to bond.
 pub const MAX_DELAY_VARIATION_MS: u64 = 1000;
@@ -165,6 +167,9 @@ pub struct LaneWindow {
     delay_variation: Duration,
     /// The variation learned from the lane's lone packets, where none is declared.
     learned_variation: VariationEstimate,
+    /// The variation the peer's end of the lane learned from its own lone packets
+    /// (see [`LaneWindow::set_peer_variation`]).
+    peer_variation: Duration,
     /// The variation the last acknowledgement was judged with.
     variation_in_force: Duration,
 }
@@ -192,6 +197,7 @@ impl LaneWindow {
             competing: false,
             delay_variation: Duration::ZERO,
             learned_variation: VariationEstimate::default(),
+            peer_variation: Duration::ZERO,
             variation_in_force: Duration::ZERO,
         }
     }
@@ -203,10 +209,27 @@ impl LaneWindow {
         self.delay_variation = spread.min(Duration::from_millis(MAX_DELAY_VARIATION_MS));
     }
 
-    /// The uplink's delay variation each way, as declared or else as learned.
+    /// The peer's end of the lane learned that the uplink's delay varies by `spread`
+    /// each way (zero: it learned none). Both ends measure the same round trip, each
+    /// from its own lone packets: the larger of the two estimates is taken, since the
+    /// sooner one is known the sooner the lane fills its path, and an understated
+    /// variation costs far more than an overstated one (a few dozen lone round trips
+    /// measure it give or take a fifth; `variation.rs`).
+    pub fn set_peer_variation(&mut self, spread: Duration) {
+        self.peer_variation = spread.min(Duration::from_millis(MAX_DELAY_VARIATION_MS));
+    }
+
+    /// The variation this end learned from its own lone packets: what it tells the
+    /// peer.
+    pub fn learned_variation(&self) -> Duration {
+        self.learned_variation.spread()
+    }
+
+    /// The uplink's delay variation each way, as declared or else as learned by
+    /// either end.
     pub fn delay_variation(&self) -> Duration {
         if self.delay_variation.is_zero() {
-            self.learned_variation.spread()
+            self.learned_variation.spread().max(self.peer_variation)
         } else {
             self.delay_variation
         }
@@ -252,8 +275,7 @@ impl LaneWindow {
         self.variation_in_force = variation;
 
         // The lowest round trip a loaded lane keeps returning to without a queue.
-        let (num, den) = VARIATION_ALLOWANCE;
-        let floor = min_rtt + variation * num / den;
+        let floor = min_rtt + variation_allowance(variation);
         // The standing queue is what both the smoothed RTT and this round trip show.
         // The smoothed RTT alone lags a queue that has drained by several
         // acknowledgements: after slow start overshot, each round trip of that lag
@@ -849,6 +871,36 @@ mod tests {
         }
         assert!(w.delay_variation() > ms(10), "{:?}", w.delay_variation());
         assert_eq!(w.ssthresh(), u64::MAX, "slow start again");
+    }
+
+    #[test]
+    fn the_peers_variation_counts_where_it_is_the_larger_and_a_declared_one_rules() {
+        let mut w = LaneWindow::new(400_000, 1200, at(0));
+        w.on_ack(at(100), at(10), 1200, false, ms(90), ms(60));
+        assert!(w.ssthresh() != u64::MAX, "cut by what looked like a queue");
+        // The peer learned 20 ms before this end learned anything: the lane allows
+        // it at once, and slow-starts again as when it learns one itself.
+        w.set_peer_variation(ms(20));
+        w.on_ack(at(200), at(120), 1200, false, ms(90), ms(60));
+        assert_eq!(w.delay_variation(), ms(20));
+        assert_eq!(w.ssthresh(), u64::MAX, "slow start again");
+        assert_eq!(
+            w.learned_variation(),
+            Duration::ZERO,
+            "what it tells the peer"
+        );
+        // This end's own estimate, once larger, is the one taken.
+        for i in 0..8u64 {
+            let sent = at(1000 + 100 * i);
+            w.on_sent(sent);
+            w.on_ack(sent + ms(60 + i * 37 % 41), sent, 30, true, ms(80), ms(60));
+        }
+        let own = w.learned_variation();
+        assert!(own > ms(20), "{own:?}");
+        assert_eq!(w.delay_variation(), own);
+        // A declared variation replaces both.
+        w.set_delay_variation(ms(5));
+        assert_eq!(w.delay_variation(), ms(5));
     }
 
     #[test]

@@ -193,12 +193,16 @@ fn backs_up(l: &LaneView) -> bool {
 }
 
 /// The lane carries all it can: a packet handed to it now waits, in braid's queue
-/// and at the uplink's bottleneck (its SRTT above its lowest), longer than
+/// and at the uplink's bottleneck ([`LaneView::bottleneck_queue`]), longer than
 /// [`QUEUE_MARGIN`] plus a sixteenth of the lane's lowest SRTT. Either queue may be
 /// the one that grows: QUIC's window may cover the bottleneck's queue, so that braid's
-/// stays empty, or braid's may fill first on a lane with a large delay.
+/// stays empty, or braid's may fill first on a lane with a large delay. Over an
+/// uplink whose delay varies, the round trips above the lowest that the variation
+/// accounts for are no queue: counted as one, the varying lane looked full at all
+/// times, no flow striped onto it, and a 50 Mbit/s uplink carried 30 Mbit/s of a
+/// download with its window three-quarters unused.
 fn full(l: &LaneView, now: Instant) -> bool {
-    let queued = l.drain_time(0, l.srtt) + l.path_srtt(now).saturating_sub(l.min_srtt);
+    let queued = l.drain_time(0, l.srtt) + l.bottleneck_queue(now);
     queued > QUEUE_MARGIN + l.min_srtt / 16
 }
 
@@ -877,6 +881,34 @@ mod tests {
             .pick(&PickContext::test(FlowKey(7), 1000, 3, &lanes, at(3)))
             .expect("pick");
         assert_eq!((p.lane, p.kind, p.gap), (0, DecisionKind::Stripe, 1));
+    }
+
+    #[test]
+    fn round_trips_that_an_uplinks_delay_variation_accounts_for_leave_its_lane_room() {
+        let mut s = striping();
+        let mut lanes = flows_started_on(&mut s, 0, &[7]);
+        // Lane 0's queue takes 40 ms to drain: a packet arrives 45 ms from now there,
+        // 40 ms from now on lane 1, whose round trips stand 30 ms above its lowest.
+        lanes[0].fill = 40_000;
+        lanes[1].min_srtt = Duration::from_millis(50);
+        lanes[1].srtt = Duration::from_millis(80);
+        // Taken for a queue, those 30 ms leave no lane with room: the flow stays.
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 1, &lanes, at(1)))
+            .expect("pick");
+        assert_eq!(p.kind, DecisionKind::SameLane);
+        // Over an uplink whose delay varies by 20 ms each way, a loaded lane's round
+        // trips stand that far above the lowest without a queue: the flow stripes.
+        lanes[1].delay_variation = Duration::from_millis(20);
+        let p = s
+            .pick(&PickContext::test(FlowKey(7), 1000, 2, &lanes, at(2)))
+            .expect("pick");
+        assert_eq!((p.lane, p.kind), (1, DecisionKind::Stripe));
+        // Beyond the variation's allowance, the rest is a queue again.
+        assert_eq!(lanes[1].bottleneck_queue(at(2)), Duration::ZERO);
+        lanes[1].srtt = Duration::from_millis(86);
+        assert_eq!(lanes[1].bottleneck_queue(at(2)), Duration::from_millis(6));
+        assert!(full(&lanes[1], at(2)));
     }
 
     #[test]

@@ -317,6 +317,8 @@ impl SimLane {
             refused_datagrams: 0,
             abandoned_datagrams: 0,
             delay_variation: self.jitter,
+            // As if declared: neither end learned anything to report.
+            learned_variation: Duration::ZERO,
         }
     }
 }

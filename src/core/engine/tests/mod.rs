@@ -6,5 +6,6 @@ mod queues;
 mod repair;
 mod routing;
 mod shaping;
+mod variation_report;
 mod warm_up;
 mod whole_path;
