@@ -33,7 +33,9 @@ Usage (root): integration/bench_failover.py --braid target/release/braid
               [--hold 1,5]
 
 A run names the scheduler; RUN@BINARY uses that braid binary instead of --braid's, so
-that two builds are measured side by side in one invocation. --hold lists how long
+that two builds are measured side by side in one invocation. RUN+dup gives both
+gateways an application table that duplicates the VoIP flow (`duplicate`, within a
+`duplicate_kbps` of 500): each of its datagrams also goes over a second uplink. --hold lists how long
 the path stays dead, one cut per value (below QUIC's idle timeout of 3 s the lanes
 survive; above it they reconnect).
 """
@@ -114,18 +116,19 @@ def voip(tmp, seconds):
 
 
 def gaps(data, start_ns, end_ns):
-    """The longest gap between arrivals in time to be played (ms), and the datagrams
-    lost or too late among those sent in [start_ns, end_ns)."""
+    """The longest gap between arrivals in time to be played (ms), the datagrams
+    lost or too late among those sent in [start_ns, end_ns), and how many were sent."""
     samples = [s for s in data["samples"] if start_ns <= s[1] < end_ns]
     if not samples:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), 0
     playable = [s for s in samples if s[2] <= PLAYOUT_MS * 1e6]
     arrivals = sorted(s[1] + s[2] for s in playable)
     longest = max((b - a for a, b in zip(arrivals, arrivals[1:])), default=0) / 1e6
     seqs = [s[0] for s in samples]
     # A datagram sent again when its lane was given up may arrive twice.
-    lost = max(seqs) - min(seqs) + 1 - len({s[0] for s in playable})
-    return longest, lost
+    sent = max(seqs) - min(seqs) + 1
+    lost = sent - len({s[0] for s in playable})
+    return longest, lost, sent
 
 
 def duplicates(data):
@@ -161,8 +164,33 @@ def stall_log():
     return lines
 
 
+# Both directions of the VoIP flow as `duplicate` applications: the site's side is
+# the client's port downwards, the server's upwards.
+DUPLICATE_TABLE = {"version": 1, "duplicate_kbps": 500, "apps": [
+    {"name": "voip-down", "match": {"proto": "udp", "local_ports": VOIP_PORTS["down"]}, "duplicate": True},
+    {"name": "voip-up", "match": {"proto": "udp", "remote_ports": VOIP_PORTS["up"]}, "duplicate": True}]}
+
+
+def duplicate_voip(braid):
+    """Puts DUPLICATE_TABLE to both gateways."""
+    state = os.path.join(os.environ.get("STATE_DIR", "/tmp/braid-testbed"), NAME)
+    path = os.path.join(state, "duplicate.json")
+    with open(path, "w") as f:
+        json.dump(DUPLICATE_TABLE, f)
+    for role in ("en", "ex"):
+        sh(*inns(NAME, role, braid, "pacing", "put", path, "--site", "site1",
+                 "--token-file", os.path.join(state, "admin.token")))
+
+
+def duplicate_bytes():
+    """Bytes of the VoIP flow's copies the gateways sent."""
+    return sum(float(m.group(1)) for role in ("en", "ex") for m in re.finditer(
+        r'^braid_app_duplicate_bytes_total\{[^}]*\} (\S+)$', metrics_text(NAME, role), re.M))
+
+
 def run_one(variant, label, hold, braid, linkemu):
     algorithm, _, binary = label.partition("@")
+    algorithm, _, option = algorithm.partition("+")
     braid = os.path.abspath(binary) if binary else braid
     env = dict(os.environ, RATES=" ".join(map(str, RATES)), DELAYS=" ".join(map(str, DELAYS)),
                SCHEDULER=algorithm, BRAID=braid, LINKEMU=linkemu)
@@ -172,6 +200,8 @@ def run_one(variant, label, hold, braid, linkemu):
     sh("bash", TESTBED, "up", NAME, env=env)
     try:
         sh("bash", TESTBED, "start", NAME, env=env)
+        if option == "dup":
+            duplicate_voip(braid)
         if variant == "idle":
             return idle_cost(label)
         download_seconds = (LOSSY_SECONDS if variant in STEADY
@@ -245,6 +275,7 @@ def run_one(variant, label, hold, braid, linkemu):
         else:
             row["voip"] = {d: gaps(voip_data[d], 0, 2**63) for d in VOIP_PORTS}
             row["goodput_mbps"] = report["end"]["sum_received"]["bits_per_second"] / 1e6
+        row["duplicate_kbps"] = duplicate_bytes() * 8 / 1000 / total
         return row
     finally:
         sh("bash", TESTBED, "down", NAME, env=env)
@@ -265,7 +296,7 @@ def report(rows):
                   f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
                   f"{shares:>40} {r['return_s']:8.2f} {r['stalls']['en']:5.0f} / {r['stalls']['ex']:<4.0f} "
                   f"{r['duplicates']['down']:5d} / {r['duplicates']['up']:<3d} "
-                  + " ".join(f"{d} {g:.0f}, {lost:.0f}" for d, (g, lost) in r["voip_return"].items()))
+                  + " ".join(f"{d} {g:.0f}, {lost:.0f}" for d, (g, lost, _) in r["voip_return"].items()))
     for variant, what in (("lossy", "5 % loss each way"),
                           ("jittery", f"up to {JITTER_MS} ms of jitter each way")):
         steady = [r for r in rows if r["variant"] == variant]
@@ -273,13 +304,15 @@ def report(rows):
             continue
         print(f"\n== {variant}: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms, {what}, "
               f"{LOSSY_SECONDS} s of TCP download and VoIP flow; nothing is cut")
-        print(f"{'run':34} {'false failovers en/ex':>22} {'VoIP gap down/up ms':>20} {'goodput Mbit/s':>15} "
-              f"{'probes/s en/ex':>15}")
+        print(f"{'run':34} {'false failovers en/ex':>22} {'VoIP gap down/up ms':>20} "
+              f"{'VoIP lost down/up %':>20} {'goodput Mbit/s':>15} {'probes/s en/ex':>15} {'copies kbit/s':>13}")
         for r in steady:
             v, probes = r["voip"], r.get("probes_per_s", {"en": 0.0, "ex": 0.0})
+            lost = {d: 100.0 * v[d][1] / v[d][2] if v[d][2] else float("nan") for d in v}
             print(f"{r['run']:34} {r['stalls']['en']:10.0f} / {r['stalls']['ex']:<9.0f} "
-                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {r['goodput_mbps']:15.2f} "
-                  f"{probes['en']:7.1f} / {probes['ex']:<6.1f}")
+                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {lost['down']:9.2f} / {lost['up']:<8.2f} "
+                  f"{r['goodput_mbps']:15.2f} {probes['en']:7.1f} / {probes['ex']:<6.1f} "
+                  f"{r.get('duplicate_kbps', 0.0):13.1f}")
             for line in r["stall_log"]:
                 print(f"    {line}")
 

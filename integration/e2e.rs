@@ -1586,6 +1586,39 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
     );
 }
 
+/// Captures the UDP datagrams on a router's uplink side (`a`) into `pcap`, the first
+/// 128 bytes of each, for at most a minute; returns the capture's handle.
+fn capture_uplink(tb: &mut Testbed, router: &str, pcap: &std::path::Path) -> usize {
+    tb.spawn(
+        router,
+        &[
+            "timeout",
+            "--preserve-status",
+            "60",
+            "tcpdump",
+            "-n",
+            "--immediate-mode",
+            "-U",
+            "-s",
+            "128",
+            "-i",
+            "a",
+            "-w",
+            pcap.to_str().expect("path"),
+            "udp",
+        ],
+        Ready::Logs("listening on"),
+    )
+}
+
+/// Stops a capture and waits for it to write its file (`timeout` passes the signal
+/// on and keeps tcpdump's clean exit status).
+fn stop_capture(tb: &mut Testbed, capture: usize) {
+    let pid = nix::unistd::Pid::from_raw(tb.child_pid(capture) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    tb.wait(capture, Duration::from_secs(10));
+}
+
 /// Per lane (the entry's UDP port) and direction (true: towards the exit), the DSCPs,
 /// ECN codepoints and inner-sized packets of the lane datagrams in an Ethernet capture.
 #[derive(Default, Debug)]
@@ -1650,26 +1683,7 @@ fn green_and_blue_lanes_carry_their_dscp_both_ways_over_ipv4_and_ipv6_uplinks() 
             assert_eq!(status, 200, "{gateway}: {body}");
         }
         let pcap = tb.path("uplink.pcap");
-        let capture = tb.spawn(
-            "r1",
-            &[
-                "timeout",
-                "--preserve-status",
-                "60",
-                "tcpdump",
-                "-n",
-                "--immediate-mode",
-                "-U",
-                "-s",
-                "128",
-                "-i",
-                "a",
-                "-w",
-                pcap.to_str().expect("path"),
-                "udp",
-            ],
-            Ready::Logs("listening on"),
-        );
+        let capture = capture_uplink(&mut tb, "r1", &pcap);
         let blob = tb.blob();
         tb.spawn(
             "sv",
@@ -1688,11 +1702,8 @@ fn green_and_blue_lanes_carry_their_dscp_both_ways_over_ipv4_and_ipv6_uplinks() 
             &["ping", "-c", "20", "-i", "0.05", "-Q", "0xb8", SERVER_V4],
         );
         assert!(ef.contains(" 0% packet loss"), "{ef}");
-        // The replies of the last pings are in: stop the capture (`timeout` passes
-        // the signal on and keeps tcpdump's clean exit status).
-        let pid = nix::unistd::Pid::from_raw(tb.child_pid(capture) as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-        tb.wait(capture, Duration::from_secs(10));
+        // The replies of the last pings are in.
+        stop_capture(&mut tb, capture);
 
         let lanes = lane_marks(&std::fs::read(&pcap).expect("capture"));
         let mut dscps: Vec<u8> = Vec::new();
@@ -2058,4 +2069,244 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         println!("{gateway}: g = {g}");
         assert!(g > 0.9, "{gateway}: g = {g}");
     }
+}
+
+/// Puts an application table to both gateways through the command-line client: each
+/// applies it to what it sends.
+fn put_table_by_cli(tb: &Testbed, table: &str) {
+    let version =
+        serde_json::from_str::<serde_json::Value>(table).expect("JSON")["version"].clone();
+    let file = tb.path("table.json");
+    std::fs::write(&file, table).expect("write table");
+    let token = tb.path("admin.token").display().to_string();
+    for gateway in ["en", "ex"] {
+        let out = tb.ok(
+            gateway,
+            &[
+                braid_bin(),
+                "pacing",
+                "put",
+                &file.display().to_string(),
+                "--site",
+                "site1",
+                "--token-file",
+                &token,
+            ],
+        );
+        assert!(out.contains(&format!("\"version\": {version}")), "{out}");
+    }
+}
+
+/// Waits until `braid status` at the entry shows `text`: the applications' figures
+/// are reported once a second.
+fn entry_status_shows(tb: &Testbed, text: &str) {
+    let mut status = String::new();
+    let shown = eventually(Duration::from_secs(3), || {
+        status = tb.ok("en", &[braid_bin(), "status"]);
+        status.contains(text)
+    });
+    assert!(shown, "{text:?} not in {status}");
+}
+
+/// Lane datagrams carrying more than keep-alives and acknowledgements in a capture,
+/// both directions together.
+fn large_datagrams(pcap: &std::path::Path) -> usize {
+    lane_marks(&std::fs::read(pcap).expect("capture"))
+        .values()
+        .map(|m| m.large)
+        .sum()
+}
+
+#[test]
+fn an_application_kept_to_one_uplink_stays_off_the_other_while_it_is_up() {
+    // Uplinks of known rate: their lanes are never padded to open their windows,
+    // which would put datagrams of the pings' size on uplink 1 (`engine/warm_up.rs`).
+    let mut tb = Testbed::up("e2esteer", &[("RATES", "50 50"), ("KNOWN_RATES", "1")]);
+    tb.start();
+    let put = |tb: &Testbed, version: u32, strict: bool| {
+        put_table_by_cli(
+            tb,
+            &format!(
+                r#"{{"version": {version}, "apps": [{{"name": "pinned",
+                    "match": {{"proto": "udp", "remote_ports": "6000"}},
+                    "uplinks": ["up2"], "strict": {strict}}}]}}"#
+            ),
+        );
+    };
+    put(&tb, 1, false);
+    let blob = tb.blob();
+    tb.spawn(
+        "sv",
+        &["python3", &blob, "udp-echo", "6000"],
+        Ready::Says("ready"),
+    );
+    let udp_ping = |tb: &Testbed, count: &str| {
+        tb.ok(
+            "cl",
+            &["python3", &blob, "udp-ping", SERVER_V4, "6000", count],
+        )
+    };
+
+    // Both uplinks up: every datagram of the application, each way, on uplink 2.
+    let captures: Vec<_> = ["r1", "r2"]
+        .iter()
+        .map(|router| {
+            let pcap = tb.path(&format!("{router}.pcap"));
+            (capture_uplink(&mut tb, router, &pcap), pcap)
+        })
+        .collect();
+    // Eight flows one after another (a socket each): unsteered, AFMT would put a
+    // new flow on the lane with fewer busy flows, spreading them over both.
+    for _ in 0..8 {
+        let out = udp_ping(&tb, "25");
+        assert!(out.contains("echoed 25 of 25"), "{out}");
+    }
+    for (capture, _) in &captures {
+        stop_capture(&mut tb, *capture);
+    }
+    let (off, on) = (
+        large_datagrams(&captures[0].1),
+        large_datagrams(&captures[1].1),
+    );
+    println!("steered: {off} datagrams on uplink 1, {on} on uplink 2");
+    assert_eq!(off, 0, "the application's packets took uplink 1");
+    assert!(on >= 400, "{on} datagrams on uplink 2, 400 sent");
+
+    // Uplink 2's path dies (its router forwards nothing, silently): the application
+    // takes uplink 1, counted at each end.
+    tb.ok("r2", &["nft", "add", "table", "inet", "cut"]);
+    tb.ok(
+        "r2",
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "cut",
+            "forward",
+            "{ type filter hook forward priority 0; policy drop; }",
+        ],
+    );
+    let down = |tb: &Testbed| {
+        ["en", "ex"]
+            .iter()
+            .all(|g| tb.metric(g, "braid_uplink_up{site=\"site1\",uplink=\"up2\"}") == 0.0)
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || down(&tb)),
+        "{}",
+        tb.logs()
+    );
+    let out = udp_ping(&tb, "50");
+    assert!(out.contains("echoed 50 of 50"), "{out}");
+    let steered_off = |tb: &Testbed, gateway: &str, direction: &str| {
+        tb.metric(
+            gateway,
+            &format!(
+                "braid_app_steered_off_packets_total{{app=\"pinned\",direction=\"{direction}\",site=\"site1\"}}"
+            ),
+        )
+    };
+    let counted = || steered_off(&tb, "en", "up") >= 50.0 && steered_off(&tb, "ex", "down") >= 50.0;
+    assert!(
+        eventually(Duration::from_secs(2), counted),
+        "{}",
+        tb.metrics("en")
+    );
+    entry_status_shows(&tb, "packets off its uplinks: none of them was up");
+
+    // Strict: dropped and counted while uplink 2 is down.
+    put(&tb, 2, true);
+    let out = udp_ping(&tb, "20");
+    assert!(out.contains("echoed 0 of 20"), "{out}");
+    let dropped = || tb.metric("en", "braid_packets_dropped_total{reason=\"steered\"}") >= 20.0;
+    assert!(
+        eventually(Duration::from_secs(2), dropped),
+        "{}",
+        tb.metrics("en")
+    );
+
+    // Back up: the application is carried again, on its own uplink.
+    tb.ok("r2", &["nft", "delete", "table", "inet", "cut"]);
+    let before = steered_off(&tb, "en", "up");
+    assert!(
+        eventually(Duration::from_secs(15), || udp_ping(&tb, "20")
+            .contains("echoed 20 of 20")),
+        "{}",
+        tb.logs()
+    );
+    assert_eq!(steered_off(&tb, "en", "up"), before);
+}
+
+#[test]
+fn a_duplicated_application_crosses_two_lossy_uplinks_almost_without_loss() {
+    // 5 % loss each way on both uplinks: a ping and its echo cross four lossy paths
+    // unduplicated (about 19 % lost), duplicated each packet is lost only if both
+    // copies are (about 0.5 %).
+    let mut tb = Testbed::up("e2edup", &[("RATES", "20 20"), ("LOSS", "5 5")]);
+    tb.start();
+    let blob = tb.blob();
+    tb.spawn(
+        "sv",
+        &["python3", &blob, "udp-echo", "6000"],
+        Ready::Says("ready"),
+    );
+    let echoed = |tb: &Testbed| -> u64 {
+        let out = tb.ok(
+            "cl",
+            &["python3", &blob, "udp-ping", SERVER_V4, "6000", "300"],
+        );
+        let (n, _, _) = digest(&out, "echoed");
+        n
+    };
+    let plain = echoed(&tb);
+    put_table_by_cli(
+        &tb,
+        r#"{"version": 1, "duplicate_kbps": 50000, "apps": [{"name": "calls",
+            "match": {"proto": "udp", "remote_ports": "6000"}, "duplicate": true}]}"#,
+    );
+    let duplicated = echoed(&tb);
+    println!(
+        "echoed of 300 over two uplinks losing 5 % each way: {plain} plain, {duplicated} duplicated"
+    );
+    assert!(plain <= 285, "{plain}: the uplinks lose too little to tell");
+    assert!(
+        duplicated >= 294,
+        "{duplicated} of 300 echoed when duplicated"
+    );
+    let copies = |tb: &Testbed, gateway: &str, direction: &str| {
+        tb.metric(
+            gateway,
+            &format!(
+                "braid_app_duplicate_packets_total{{app=\"calls\",direction=\"{direction}\",site=\"site1\"}}"
+            ),
+        )
+    };
+    let dropped = |tb: &Testbed, gateway: &str| {
+        tb.metric(
+            gateway,
+            "braid_reseq_packets_total{outcome=\"dropped_duplicate\",site=\"site1\"}",
+        )
+    };
+    let over_budget = tb.metric(
+        "en",
+        "braid_app_duplicates_over_budget_total{app=\"calls\",direction=\"up\",site=\"site1\"}",
+    );
+    assert_eq!(
+        over_budget, 0.0,
+        "the pings, back to back, stay within 50 Mbit/s"
+    );
+    let counted = || {
+        copies(&tb, "en", "up") >= 300.0
+            && copies(&tb, "ex", "down") >= 250.0
+            && dropped(&tb, "ex") >= 200.0
+            && dropped(&tb, "en") >= 200.0
+    };
+    assert!(
+        eventually(Duration::from_secs(3), counted),
+        "{}\n{}",
+        tb.metrics("en"),
+        tb.metrics("ex")
+    );
+    entry_status_shows(&tb, "    copies: ");
 }

@@ -34,6 +34,18 @@ pub struct AppReport {
     pub rate_down_bps: u64,
     pub queue_bytes: u64,
     pub drops: u64,
+    /// Packets sent over uplinks the application keeps off, as none of its own had
+    /// a lane up.
+    #[serde(default)]
+    pub steered_off_packets: u64,
+    /// Copies sent over a second uplink (`duplicate`), their bytes, and packets
+    /// sent without one because the site's `duplicate_kbps` was spent.
+    #[serde(default)]
+    pub duplicate_packets: u64,
+    #[serde(default)]
+    pub duplicate_bytes: u64,
+    #[serde(default)]
+    pub duplicates_over_budget: u64,
 }
 
 /// One application's metrics and where its counters stood.
@@ -141,6 +153,16 @@ impl AppStats {
                 c.paced
                     .drops
                     .inc_by(now.drops.saturating_sub(c.exported.drops));
+                let m = &c.paced;
+                let was = &c.exported;
+                m.steered_off
+                    .inc_by(now.steered_off.saturating_sub(was.steered_off));
+                m.duplicates
+                    .inc_by(now.duplicates.saturating_sub(was.duplicates));
+                m.duplicate_bytes
+                    .inc_by(now.duplicate_bytes.saturating_sub(was.duplicate_bytes));
+                m.over_budget
+                    .inc_by(now.over_budget.saturating_sub(was.over_budget));
                 c.exported = now;
                 let queue = engine.pacing().queued_bytes(site, app);
                 c.paced
@@ -186,6 +208,10 @@ impl AppStats {
                     rate_down_bps,
                     queue_bytes: pacing.queued_bytes(site, app),
                     drops: counts.drops,
+                    steered_off_packets: counts.steered_off,
+                    duplicate_packets: counts.duplicates,
+                    duplicate_bytes: counts.duplicate_bytes,
+                    duplicates_over_budget: counts.over_budget,
                 });
             }
             reports.push(SiteReport {

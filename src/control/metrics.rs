@@ -70,6 +70,10 @@ pub struct Metrics {
     app_tx_bytes: IntCounterVec,
     app_queue: IntGaugeVec,
     app_drops: IntCounterVec,
+    app_steered_off: IntCounterVec,
+    app_duplicates: IntCounterVec,
+    app_duplicate_bytes: IntCounterVec,
+    app_over_budget: IntCounterVec,
     lanes_up: AtomicI64,
 }
 
@@ -80,6 +84,10 @@ pub struct AppMetrics {
     pub tx_bytes: IntCounter,
     pub queue_bytes: IntGauge,
     pub drops: IntCounter,
+    pub steered_off: IntCounter,
+    pub duplicates: IntCounter,
+    pub duplicate_bytes: IntCounter,
+    pub over_budget: IntCounter,
 }
 
 /// The metric children of one lane (site, uplink, colour). A lane that reconnects
@@ -183,6 +191,11 @@ impl Metrics {
             anyhow::Ok(c)
         };
         let counter = |name: &str, help: &str| counter_by(name, help, None);
+        let app_counter = |name: &str, help: &str| {
+            let c = IntCounterVec::new(Opts::new(name, help), &APP_LABELS)?;
+            registry.register(Box::new(c.clone()))?;
+            anyhow::Ok(c)
+        };
         let lane_srtt = GaugeVec::new(
             Opts::new(
                 "lane_srtt_seconds",
@@ -404,6 +417,22 @@ impl Metrics {
                 registry.register(Box::new(c.clone()))?;
                 c
             },
+            app_steered_off: app_counter(
+                "app_steered_off_packets_total",
+                "Packets of the application sent over uplinks it keeps off, as none of its own had a lane up",
+            )?,
+            app_duplicates: app_counter(
+                "app_duplicate_packets_total",
+                "Copies of the application's packets sent over a second uplink",
+            )?,
+            app_duplicate_bytes: app_counter(
+                "app_duplicate_bytes_total",
+                "Bytes of the copies of the application's packets sent over a second uplink",
+            )?,
+            app_over_budget: app_counter(
+                "app_duplicates_over_budget_total",
+                "Packets of the application sent without their copy: the site's duplicate_kbps was spent",
+            )?,
             lanes_up: AtomicI64::new(0),
             registry,
         })
@@ -457,6 +486,10 @@ impl Metrics {
             tx_bytes: self.app_tx_bytes.with_label_values(&l),
             queue_bytes: self.app_queue.with_label_values(&l),
             drops: self.app_drops.with_label_values(&l),
+            steered_off: self.app_steered_off.with_label_values(&l),
+            duplicates: self.app_duplicates.with_label_values(&l),
+            duplicate_bytes: self.app_duplicate_bytes.with_label_values(&l),
+            over_budget: self.app_over_budget.with_label_values(&l),
         }
     }
 
@@ -468,6 +501,10 @@ impl Metrics {
         let _ = self.app_tx_bytes.remove_label_values(&l);
         let _ = self.app_queue.remove_label_values(&l);
         let _ = self.app_drops.remove_label_values(&l);
+        let _ = self.app_steered_off.remove_label_values(&l);
+        let _ = self.app_duplicates.remove_label_values(&l);
+        let _ = self.app_duplicate_bytes.remove_label_values(&l);
+        let _ = self.app_over_budget.remove_label_values(&l);
     }
 
     /// The reordering counter of a site.

@@ -279,6 +279,21 @@ pub fn table(status: &Status) -> String {
                 compact(a.drops),
                 compact(a.flows)
             ));
+            // Only where it happened: an application sent off the uplinks it keeps to.
+            if a.steered_off_packets > 0 {
+                out.push_str(&format!(
+                    "    {} packets off its uplinks: none of them was up\n",
+                    compact(a.steered_off_packets)
+                ));
+            }
+            if a.duplicate_packets + a.duplicates_over_budget > 0 {
+                out.push_str(&format!(
+                    "    copies: {} packets, {} kB over a second uplink; {} over budget\n",
+                    compact(a.duplicate_packets),
+                    compact(a.duplicate_bytes / 1000),
+                    compact(a.duplicates_over_budget)
+                ));
+            }
         }
     }
     let drops: Vec<String> = status
@@ -368,6 +383,10 @@ mod tests {
                     rate_down_bps: 0,
                     queue_bytes: 65_536,
                     drops: 2,
+                    steered_off_packets: 1_234_567,
+                    duplicate_packets: 5000,
+                    duplicate_bytes: 1_000_000,
+                    duplicates_over_budget: 7,
                 }],
             }],
         }
@@ -387,6 +406,16 @@ mod tests {
         assert!(text.contains("a-very-lon blue  replaced 1h"), "{text}");
         assert!(
             text.contains("an-application-with-a-     12.0     11.9"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n    1234k packets off its uplinks: none of them was up\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\n    copies: 5000 packets, 1000 kB over a second uplink; 7 over budget\n"
+            ),
             "{text}"
         );
         assert!(text.contains("dropped: queue_full 3\n"), "{text}");

@@ -35,6 +35,16 @@ pub struct AppCounters {
     pub other_bytes: u64,
     /// Packets the application's full queue refused.
     pub drops: u64,
+    /// Packets sent over uplinks the application keeps off (`uplinks`, `avoid`)
+    /// because none of its own had a lane up.
+    pub steered_off: u64,
+    /// Copies of a `duplicate` application's packets sent over a second uplink, and
+    /// their bytes.
+    pub duplicates: u64,
+    pub duplicate_bytes: u64,
+    /// Packets of a `duplicate` application sent without a copy: the site's
+    /// `duplicate_kbps` was spent.
+    pub over_budget: u64,
 }
 
 /// A flow's application, as the per-flow cache keeps it.
@@ -258,6 +268,25 @@ impl<T> AppPacing<T> {
         } else {
             c.other_bytes += len as u64;
         }
+    }
+
+    /// Counts a packet of an application sent over an uplink it keeps off, as none of
+    /// its own had a lane up.
+    pub fn count_steered_off(&mut self, site: SiteIdx, app: AppIdx) {
+        self.sites[site.0 as usize].counters[app.0 as usize].steered_off += 1;
+    }
+
+    /// Counts a copy of `len` bytes of an application's packet sent over a second
+    /// uplink.
+    pub fn count_duplicate(&mut self, site: SiteIdx, app: AppIdx, len: usize) {
+        let c = &mut self.sites[site.0 as usize].counters[app.0 as usize];
+        c.duplicates += 1;
+        c.duplicate_bytes += len as u64;
+    }
+
+    /// Counts a packet of a `duplicate` application the site's budget left uncopied.
+    pub fn count_over_budget(&mut self, site: SiteIdx, app: AppIdx) {
+        self.sites[site.0 as usize].counters[app.0 as usize].over_budget += 1;
     }
 
     /// What an application carried and lost so far.

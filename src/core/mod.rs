@@ -9,6 +9,7 @@ pub mod app_pacing;
 pub mod aqm;
 pub mod classify;
 pub mod dsd;
+pub mod duplicate_budget;
 pub mod engine;
 pub mod field_error;
 pub mod flow;

@@ -73,7 +73,15 @@ pub struct PacingTable {
     pub version: u64,
     #[serde(default)]
     pub apps: Vec<AppSpec>,
+    /// The most the copies of `duplicate` applications may add to what this gateway
+    /// sends for the site, in kbit/s; absent: [`DEFAULT_DUPLICATE_KBPS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_kbps: Option<u64>,
 }
+
+/// The duplication budget of a site whose table gives none: a dozen calls of 64
+/// kbit/s with their headers.
+pub const DEFAULT_DUPLICATE_KBPS: u64 = 1000;
 
 /// One application of a table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,9 +101,38 @@ pub struct AppSpec {
     /// Absent: the packet's inner DSCP decides (`abe.green_inner_dscp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub colour: Option<Colour>,
+    /// The uplinks, by name, that carry the application's packets; absent: all of
+    /// them (see [`AppSpec::allows`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplinks: Option<Vec<String>>,
+    /// Uplinks, by name, that do not carry the application's packets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid: Vec<String>,
+    /// While none of the application's uplinks has a lane up, its packets are
+    /// dropped instead of taking the others.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
+    /// Each packet also goes, as a copy, over a second uplink, within the table's
+    /// `duplicate_kbps`; the receiving gateway passes whichever arrives first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
 }
 
 impl AppSpec {
+    /// The application keeps to some uplinks (`uplinks` or `avoid`).
+    pub fn steered(&self) -> bool {
+        self.uplinks.is_some() || !self.avoid.is_empty()
+    }
+
+    /// Whether the application's packets may take the uplink named `uplink`: it is
+    /// among `uplinks` (where given) and not among `avoid`.
+    pub fn allows(&self, uplink: &str) -> bool {
+        self.uplinks
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|u| u == uplink))
+            && !self.avoid.iter().any(|u| u == uplink)
+    }
+
     /// The rate in the given direction, in bit/s; 0 means unpaced.
     pub fn rate_bps(&self, direction: Direction) -> u64 {
         let kbps = match direction {
@@ -245,6 +282,12 @@ impl PacingTable {
                 ),
             ));
         }
+        if self.duplicate_kbps.is_some_and(|k| k > MAX_RATE_KBPS) {
+            return Err(refuse(
+                "duplicate_kbps",
+                format!("at most {MAX_RATE_KBPS} (100 Gbit/s)"),
+            ));
+        }
         let mut names = super::hash::FixedSet::default();
         for (i, app) in self.apps.iter().enumerate() {
             let at = |field: &str| format!("apps[{i}].{field}");
@@ -297,8 +340,14 @@ impl PacingTable {
             if app.matches.dscp.is_some_and(|d| d > 63) {
                 return Err(refuse(at("match.dscp"), "a DSCP is 0 to 63"));
             }
+            validate_steering(app, &at)?;
         }
         Ok(())
+    }
+
+    /// What copies of `duplicate` applications may add, in bit/s.
+    pub fn duplicate_budget_bps(&self) -> u64 {
+        self.duplicate_kbps.unwrap_or(DEFAULT_DUPLICATE_KBPS) * 1000
     }
 
     /// The application at `app` (`None` for `default`).
@@ -312,6 +361,56 @@ impl PacingTable {
     pub fn name(&self, app: AppIdx) -> &str {
         self.app(app).map_or(DEFAULT_APP, |a| a.name.as_str())
     }
+}
+
+/// The most uplinks an application's `uplinks` or `avoid` may name.
+pub const MAX_STEERING_UPLINKS: usize = 16;
+
+/// `uplinks`, `avoid` and `strict`: uplink names as the entry's configuration spells
+/// them, each list without repeats and at most [`MAX_STEERING_UPLINKS`] long, no
+/// uplink in both, and `strict` only with one of them. A name no lane has (yet) is
+/// accepted: a site's uplinks come and go, and at the exit they are known only once
+/// their lanes connect.
+fn validate_steering(app: &AppSpec, at: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
+    if app.uplinks.as_ref().is_some_and(Vec::is_empty) {
+        return Err(refuse(
+            at("uplinks"),
+            "must name at least one uplink (leave it out for every uplink)",
+        ));
+    }
+    for (field, names) in [
+        ("uplinks", app.uplinks.as_deref().unwrap_or_default()),
+        ("avoid", app.avoid.as_slice()),
+    ] {
+        if names.len() > MAX_STEERING_UPLINKS {
+            return Err(refuse(
+                at(field),
+                format!("{} uplinks, at most {MAX_STEERING_UPLINKS}", names.len()),
+            ));
+        }
+        for (j, name) in names.iter().enumerate() {
+            let here = || at(&format!("{field}[{j}]"));
+            if let Err(super::wire::WireError::Invalid { problem, .. }) =
+                super::wire::check_name("uplink", name)
+            {
+                return Err(refuse(here(), problem));
+            }
+            if names[..j].contains(name) {
+                return Err(refuse(here(), format!("\"{name}\" is listed twice")));
+            }
+        }
+    }
+    let allowed = app.uplinks.as_deref().unwrap_or_default();
+    if let Some(j) = app.avoid.iter().position(|name| allowed.contains(name)) {
+        return Err(refuse(
+            at(&format!("avoid[{j}]")),
+            format!("\"{}\" is also in uplinks", app.avoid[j]),
+        ));
+    }
+    if app.strict && !app.steered() {
+        return Err(refuse(at("strict"), "needs uplinks or avoid"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -407,6 +506,81 @@ mod tests {
         refused_with(
             r#"{"version": 1, "apps": [{"name": "a", "match": {"local_prefix": "10.0.0.0/33"}}]}"#,
             "apps[0].match.local_prefix: invalid IP address syntax",
+        );
+    }
+
+    #[test]
+    fn steering_names_uplinks_and_bad_lists_are_refused_naming_the_entry() {
+        let t = PacingTable::parse(
+            br#"{"version": 1, "apps": [
+                {"name": "voip", "uplinks": ["dsl", "lte"], "avoid": ["sat"], "strict": true},
+                {"name": "backup", "avoid": ["lte"]},
+                {"name": "web"}]}"#,
+        )
+        .expect("valid");
+        let (voip, backup, web) = (&t.apps[0], &t.apps[1], &t.apps[2]);
+        assert!(voip.allows("dsl") && voip.allows("lte"));
+        assert!(!voip.allows("sat") && !voip.allows("cable"));
+        assert!(!backup.allows("lte") && backup.allows("dsl"));
+        assert!(voip.steered() && backup.steered() && !web.steered());
+        assert!(web.allows("anything"));
+        let again = serde_json::to_vec(&t).expect("serialise");
+        assert_eq!(PacingTable::parse(&again).expect("valid"), t);
+        let app =
+            |fields: &str| format!(r#"{{"version": 1, "apps": [{{"name": "a", {fields}}}]}}"#);
+        assert_eq!(
+            error(&app(r#""uplinks": []"#)),
+            "apps[0].uplinks: must name at least one uplink (leave it out for every uplink)"
+        );
+        assert_eq!(
+            error(&app(r#""uplinks": ["dsl", "l te"]"#)),
+            "apps[0].uplinks[1]: \"l te\" is not 1 to 63 characters of A-Z a-z 0-9 . _ -"
+        );
+        assert_eq!(
+            error(&app(r#""avoid": ["lte", "lte"]"#)),
+            "apps[0].avoid[1]: \"lte\" is listed twice"
+        );
+        assert_eq!(
+            error(&app(
+                r#""uplinks": ["dsl", "lte"], "avoid": ["sat", "lte"]"#
+            )),
+            "apps[0].avoid[1]: \"lte\" is also in uplinks"
+        );
+        assert_eq!(
+            error(&app(r#""strict": true"#)),
+            "apps[0].strict: needs uplinks or avoid"
+        );
+        let many: Vec<String> = (0..=MAX_STEERING_UPLINKS)
+            .map(|i| format!("\"u{i}\""))
+            .collect();
+        assert_eq!(
+            error(&app(&format!(r#""avoid": [{}]"#, many.join(",")))),
+            "apps[0].avoid: 17 uplinks, at most 16"
+        );
+        refused_with(&app(r#""uplinks": "dsl""#), "apps[0].uplinks: invalid type");
+    }
+
+    #[test]
+    fn duplication_has_a_budget_per_site_with_a_default() {
+        let t = PacingTable::parse(
+            br#"{"version": 1, "duplicate_kbps": 256, "apps": [{"name": "call", "duplicate": true}]}"#,
+        )
+        .expect("valid");
+        assert!(t.apps[0].duplicate);
+        assert_eq!(t.duplicate_budget_bps(), 256_000);
+        let again = serde_json::to_vec(&t).expect("serialise");
+        assert_eq!(PacingTable::parse(&again).expect("valid"), t);
+        let plain =
+            PacingTable::parse(br#"{"version": 1, "apps": [{"name": "web"}]}"#).expect("valid");
+        assert!(!plain.apps[0].duplicate);
+        assert_eq!(plain.duplicate_budget_bps(), DEFAULT_DUPLICATE_KBPS * 1000);
+        assert_eq!(
+            error(r#"{"version": 1, "duplicate_kbps": 100000001}"#),
+            "duplicate_kbps: at most 100000000 (100 Gbit/s)"
+        );
+        refused_with(
+            r#"{"version": 1, "apps": [{"name": "a", "duplicate": "yes"}]}"#,
+            "apps[0].duplicate: invalid type",
         );
     }
 

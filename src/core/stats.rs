@@ -76,10 +76,13 @@ pub enum DropReason {
     /// At an exit with several data-path threads: the thread serving the packet's site
     /// had a full inbox (`exit.threads`).
     HandoffFull,
+    /// Its application keeps to uplinks of which none has a lane up, and is `strict`
+    /// (`uplinks`, `avoid` in the application table).
+    Steered,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::Malformed,
         DropReason::LinkLocal,
         DropReason::NoLane,
@@ -91,6 +94,7 @@ impl DropReason {
         DropReason::Unauthenticated,
         DropReason::TunRefused,
         DropReason::HandoffFull,
+        DropReason::Steered,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +110,7 @@ impl DropReason {
             DropReason::Unauthenticated => "unauthenticated",
             DropReason::TunRefused => "tun_refused",
             DropReason::HandoffFull => "handoff_full",
+            DropReason::Steered => "steered",
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, write_datagram_head
 
 use super::lanes::{hand_to_lane, number_for_lane};
 use super::sites::lanes_of;
+use super::steering::Steered;
 use super::timers::Timer;
 use super::{DataPath, Transmit};
 
@@ -34,7 +35,7 @@ impl DataPath {
     pub(super) fn forward(&mut self, site_idx: SiteIdx, app: AppIdx, packet: Packet, now: Instant) {
         let Packet { info, mut datagram } = packet;
         let colour = self.colour_of(site_idx, app, &info);
-        let site = &mut self.sites[site_idx.0 as usize];
+        let site = &self.sites[site_idx.0 as usize];
         let flow = info.flow_key();
         // AFMT picks among the live lanes of the packet's colour; while that colour
         // has none, the other colour's carry it.
@@ -47,12 +48,20 @@ impl DataPath {
                 borrowed = true;
             }
         }
+        let steered = self.steer(site_idx, app, lanes.clone());
+        if steered == Steered::Refused {
+            return self.count_drop(DropReason::Steered);
+        }
+        let site = &mut self.sites[site_idx.0 as usize];
         let scheduler = &mut site.schedulers[colour as usize];
         let Some(mut pick) = scheduler.pick(&PickContext {
             flow,
             len: info.len,
             seq: site.tx_seq,
-            lanes: &site.lanes[lanes.clone()],
+            lanes: match steered {
+                Steered::Allowed => &self.steered_lanes,
+                _ => &site.lanes[lanes.clone()],
+            },
             now,
         }) else {
             return self.count_drop(DropReason::NoLane);
@@ -85,6 +94,13 @@ impl DataPath {
             lane_seq: 0,
         };
         write_datagram_header(&mut datagram, header);
+        // A `duplicate` application's copy, sent once the packet itself is on its way.
+        let copy = self
+            .pacing
+            .table(site_idx)
+            .app(app)
+            .is_some_and(|a| a.duplicate)
+            .then(|| BytesMut::from(&datagram[..]));
         // The lane's uplink shaper takes it, or the lane's own queue, each managed by
         // time. `Some` is a packet to hand to the lane now.
         let verdict = match lane.shaper {
@@ -151,6 +167,10 @@ impl DataPath {
         let direction = self.pacing.direction();
         self.pacing
             .count_carried(site_idx, app, direction, info.len);
+        if steered == Steered::Elsewhere {
+            self.pacing.count_steered_off(site_idx, app);
+        }
+        let first = view.id;
         if let Some(datagram) = datagram {
             self.queue_delay[colour as usize].observe(sojourn);
             let id = view.id;
@@ -161,6 +181,9 @@ impl DataPath {
             if queued_ahead {
                 self.open_lanes(site_idx, group, pick.lane, len, now);
             }
+        }
+        if let Some(copy) = copy {
+            self.send_duplicate(site_idx, app, first, copy, now);
         }
     }
 

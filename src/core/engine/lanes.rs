@@ -6,11 +6,12 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::core::aqm::CoDel;
-use crate::core::lane::Colour;
+use crate::core::lane::{Colour, LaneView};
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
-use crate::core::wire::set_lane_seq;
+use crate::core::wire::{mark_copy, set_lane_seq};
 
+use super::Transmit;
 use super::counters::LaneCounters;
 use super::liveness::EXCHANGES_TO_STALL;
 use super::shaping::UplinkShaper;
@@ -174,6 +175,29 @@ pub(super) fn hand_to_lane(
 ) -> Option<Instant> {
     lane.keep_recent(datagram, now);
     lane.hand(datagram.len() as u64, srtt, sojourn, now)
+}
+
+/// Hands `copy` to `lane` (seen by the scheduler as `view`), straight to its queue,
+/// marked as a copy and numbered in the lane's sequence: a datagram sent again over
+/// another lane, or a `duplicate` application's second one. Returns what to send,
+/// and when the engine must look at the lane's wait for an answer.
+pub(super) fn hand_copy(
+    lane: &mut Lane,
+    view: &mut LaneView,
+    mut copy: BytesMut,
+    now: Instant,
+) -> (Transmit, Option<Instant>) {
+    let len = copy.len() as u64;
+    mark_copy(&mut copy);
+    let datagram = number_for_lane(lane, copy);
+    let sojourn = view.drain_time(0, view.srtt);
+    let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
+    view.fill += len;
+    let transmit = Transmit {
+        lane: view.id,
+        datagram,
+    };
+    (transmit, due)
 }
 
 /// A lane's delay without a queue is the lowest SRTT of one to two of these: long,

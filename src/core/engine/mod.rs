@@ -36,12 +36,14 @@
 
 mod config;
 mod counters;
+mod duplicate;
 mod forward;
 mod lanes;
 mod liveness;
 mod repair;
 mod shaping;
 mod sites;
+mod steering;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -176,6 +178,9 @@ pub struct DataPath {
     handoffs: VecDeque<(usize, BytesMut)>,
     lanes_to_close: VecDeque<(LaneId, LaneClose)>,
     lane_services: VecDeque<(LaneId, LaneService)>,
+    /// A steered application's lanes as its scheduler sees them (`steering.rs`),
+    /// reused from packet to packet.
+    steered_lanes: Vec<LaneView>,
     /// When the engine wants to be woken, and for what.
     timers: TimerTable,
     /// Bytes every site's resequencer holds, bounded together.
@@ -243,6 +248,7 @@ impl DataPath {
             handoffs: VecDeque::new(),
             lanes_to_close: VecDeque::new(),
             lane_services: VecDeque::new(),
+            steered_lanes: Vec::new(),
             timers: TimerTable::default(),
             held_budget: HeldBudget::default(),
             sampled_at: Instant::ZERO,

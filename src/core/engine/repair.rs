@@ -8,12 +8,12 @@ use bytes::{Bytes, BytesMut};
 
 use crate::core::lane::{Colour, LaneId, LaneView};
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, LossReport, mark_copy, split_datagram};
+use crate::core::wire::{DATAGRAM_HEADER_LEN, LossReport, split_datagram};
 
-use super::lanes::{Lane, hand_to_lane, number_for_lane};
+use super::DataPath;
+use super::lanes::{Lane, hand_copy};
 use super::liveness::LANE_STALL;
 use super::timers::Timer;
-use super::{DataPath, Transmit};
 
 /// Datagrams handed to a lane are kept this long (at most [`RESEND_MAX_BYTES`]), so
 /// that those its path may have lost are sent again over the other lanes when it is
@@ -176,17 +176,9 @@ impl DataPath {
             if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
                 continue;
             }
-            let mut copy = BytesMut::from(&datagram[..]);
-            mark_copy(&mut copy);
-            let datagram = number_for_lane(lane, copy);
-            let sojourn = view.drain_time(0, view.srtt);
-            let due = hand_to_lane(lane, &datagram, view.srtt, sojourn, now);
+            let (transmit, due) = hand_copy(lane, view, BytesMut::from(&datagram[..]), now);
             self.timers.earliest(Timer::StallCheck, due);
-            view.fill += len as u64;
-            self.transmits.push_back(Transmit {
-                lane: view.id,
-                datagram,
-            });
+            self.transmits.push_back(transmit);
             sent += 1;
         }
         sent

@@ -6,6 +6,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::core::aqm::StripedDrops;
+use crate::core::duplicate_budget::DuplicateBudget;
 use crate::core::flow::FlowTable;
 use crate::core::lane::{Colour, LaneId, LaneView};
 use crate::core::reseq::{RESEQ_MIN_DEADLINE, Resequencer};
@@ -38,6 +39,8 @@ pub(super) struct Site {
     /// When the lanes' CoDel may drop a packet of any flow the receiver resequences
     /// (all blue: green flows are never striped).
     pub striped_drops: StripedDrops,
+    /// What the copies of the site's `duplicate` applications may still add.
+    pub duplicate_budget: DuplicateBudget,
 }
 
 impl Site {
@@ -57,6 +60,7 @@ impl Site {
             reseq: Resequencer::new(flow_idle_timeout, max_flows, RESEQ_MIN_DEADLINE),
             resequenced_drops: FlowTable::new(flow_idle_timeout, max_flows),
             striped_drops: StripedDrops::default(),
+            duplicate_budget: DuplicateBudget::default(),
         }
     }
 }
