@@ -46,6 +46,9 @@ pub struct AppReport {
     pub duplicate_bytes: u64,
     #[serde(default)]
     pub duplicates_over_budget: u64,
+    /// Packets received a second time (a copy and its original) and dropped.
+    #[serde(default)]
+    pub duplicates_dropped: u64,
 }
 
 /// One application's metrics and where its counters stood.
@@ -53,8 +56,8 @@ struct AppCounter {
     name: String,
     /// In the paced direction: target, bytes, queue, drops.
     paced: AppMetrics,
-    /// Bytes in the other direction.
-    other_bytes: prometheus::IntCounter,
+    /// In the other direction: bytes, duplicates dropped.
+    other: AppMetrics,
     /// The engine's counters as last copied into the metrics, and at the last report.
     exported: AppCounters,
     reported: AppCounters,
@@ -119,7 +122,7 @@ impl AppStats {
                 old.remove(name).unwrap_or_else(|| AppCounter {
                     name: name.to_string(),
                     paced: self.metrics.app(site_id, name, paced),
-                    other_bytes: self.metrics.app(site_id, name, other_dir).tx_bytes,
+                    other: self.metrics.app(site_id, name, other_dir),
                     exported: AppCounters::default(),
                     reported: AppCounters::default(),
                 })
@@ -148,8 +151,13 @@ impl AppStats {
                 c.paced
                     .tx_bytes
                     .inc_by(now.paced_bytes.saturating_sub(c.exported.paced_bytes));
-                c.other_bytes
+                c.other
+                    .tx_bytes
                     .inc_by(now.other_bytes.saturating_sub(c.exported.other_bytes));
+                c.other.duplicates_dropped.inc_by(
+                    now.duplicates_dropped
+                        .saturating_sub(c.exported.duplicates_dropped),
+                );
                 c.paced
                     .drops
                     .inc_by(now.drops.saturating_sub(c.exported.drops));
@@ -212,6 +220,7 @@ impl AppStats {
                     duplicate_packets: counts.duplicates,
                     duplicate_bytes: counts.duplicate_bytes,
                     duplicates_over_budget: counts.over_budget,
+                    duplicates_dropped: counts.duplicates_dropped,
                 });
             }
             reports.push(SiteReport {

@@ -74,6 +74,7 @@ pub struct Metrics {
     app_duplicates: IntCounterVec,
     app_duplicate_bytes: IntCounterVec,
     app_over_budget: IntCounterVec,
+    app_duplicates_dropped: IntCounterVec,
     lanes_up: AtomicI64,
 }
 
@@ -88,6 +89,7 @@ pub struct AppMetrics {
     pub duplicates: IntCounter,
     pub duplicate_bytes: IntCounter,
     pub over_budget: IntCounter,
+    pub duplicates_dropped: IntCounter,
 }
 
 /// The metric children of one lane (site, uplink, colour). A lane that reconnects
@@ -433,6 +435,10 @@ impl Metrics {
                 "app_duplicates_over_budget_total",
                 "Packets of the application sent without their copy: the site's duplicate_kbps was spent",
             )?,
+            app_duplicates_dropped: app_counter(
+                "app_duplicates_dropped_total",
+                "Packets of the application received a second time (a copy and its original) and dropped",
+            )?,
             lanes_up: AtomicI64::new(0),
             registry,
         })
@@ -490,6 +496,7 @@ impl Metrics {
             duplicates: self.app_duplicates.with_label_values(&l),
             duplicate_bytes: self.app_duplicate_bytes.with_label_values(&l),
             over_budget: self.app_over_budget.with_label_values(&l),
+            duplicates_dropped: self.app_duplicates_dropped.with_label_values(&l),
         }
     }
 
@@ -505,6 +512,7 @@ impl Metrics {
         let _ = self.app_duplicates.remove_label_values(&l);
         let _ = self.app_duplicate_bytes.remove_label_values(&l);
         let _ = self.app_over_budget.remove_label_values(&l);
+        let _ = self.app_duplicates_dropped.remove_label_values(&l);
     }
 
     /// The reordering counter of a site.

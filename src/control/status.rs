@@ -286,12 +286,13 @@ pub fn table(status: &Status) -> String {
                     compact(a.steered_off_packets)
                 ));
             }
-            if a.duplicate_packets + a.duplicates_over_budget > 0 {
+            if a.duplicate_packets + a.duplicates_over_budget + a.duplicates_dropped > 0 {
                 out.push_str(&format!(
-                    "    copies: {} packets, {} kB over a second uplink; {} over budget\n",
+                    "    copies sent {} ({} kB), over budget {}, received twice {}\n",
                     compact(a.duplicate_packets),
                     compact(a.duplicate_bytes / 1000),
-                    compact(a.duplicates_over_budget)
+                    compact(a.duplicates_over_budget),
+                    compact(a.duplicates_dropped)
                 ));
             }
         }
@@ -387,6 +388,7 @@ mod tests {
                     duplicate_packets: 5000,
                     duplicate_bytes: 1_000_000,
                     duplicates_over_budget: 7,
+                    duplicates_dropped: 4990,
                 }],
             }],
         }
@@ -413,9 +415,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(
-                "\n    copies: 5000 packets, 1000 kB over a second uplink; 7 over budget\n"
-            ),
+            text.contains("\n    copies sent 5000 (1000 kB), over budget 7, received twice 4990\n"),
             "{text}"
         );
         assert!(text.contains("dropped: queue_full 3\n"), "{text}");

@@ -45,6 +45,9 @@ pub struct AppCounters {
     /// Packets of a `duplicate` application sent without a copy: the site's
     /// `duplicate_kbps` was spent.
     pub over_budget: u64,
+    /// Packets received in the other direction that arrived before, as a copy or
+    /// as the original behind its copy, and were dropped.
+    pub duplicates_dropped: u64,
 }
 
 /// A flow's application, as the per-flow cache keeps it.
@@ -282,6 +285,11 @@ impl<T> AppPacing<T> {
         let c = &mut self.sites[site.0 as usize].counters[app.0 as usize];
         c.duplicates += 1;
         c.duplicate_bytes += len as u64;
+    }
+
+    /// Counts a received packet of an application dropped because it arrived before.
+    pub fn count_duplicate_dropped(&mut self, site: SiteIdx, app: AppIdx) {
+        self.sites[site.0 as usize].counters[app.0 as usize].duplicates_dropped += 1;
     }
 
     /// Counts a packet of a `duplicate` application the site's budget left uncopied.

@@ -222,7 +222,8 @@ impl Resequencer {
     }
 
     /// Takes a packet of `flow` with the sequence number and flow gap of `header`;
-    /// what may go to the TUN device now is pushed onto `out`.
+    /// what may go to the TUN device now is pushed onto `out`. Returns false for a
+    /// packet dropped as one that arrived before (a copy and its original).
     pub fn receive(
         &mut self,
         flow: FlowKey,
@@ -231,13 +232,13 @@ impl Resequencer {
         now: Instant,
         budget: &mut HeldBudget,
         out: &mut VecDeque<Bytes>,
-    ) {
+    ) -> bool {
         let DatagramHeader { seq, gap, copy, .. } = header;
         if !self.seen.first_arrival(seq, copy) {
-            // A loss repair's copy of a packet that arrived after all, or the
-            // original behind its copy.
+            // A copy (a loss repair's or a duplicate application's) of a packet
+            // that arrived, or the original behind its copy.
             self.counters.dropped += 1;
-            return;
+            return false;
         }
         let prev = seq.wrapping_sub(u32::from(gap));
         let mut verdict = Verdict::Release;
@@ -303,6 +304,7 @@ impl Resequencer {
                 self.hold(flow, held, budget, out);
             }
         }
+        true
     }
 
     fn hold(

@@ -339,7 +339,6 @@ impl DataPath {
         // Only measured: the other end paced this direction.
         let incoming = self.pacing.direction().reverse();
         let app = self.pacing.classify(site_idx, &info, incoming, now);
-        self.pacing.count_carried(site_idx, app, incoming, info.len);
         // The packet behind the header: `advance` moves the start, where `slice`
         // would touch the buffer's reference count, shared with quinn's receive path.
         let mut packet = datagram;
@@ -355,7 +354,7 @@ impl DataPath {
             packet = owned.freeze();
         }
         let site = &mut self.sites[site_idx.0 as usize];
-        site.reseq.receive(
+        let first = site.reseq.receive(
             info.flow_key(),
             header,
             packet,
@@ -363,6 +362,12 @@ impl DataPath {
             &mut self.held_budget,
             &mut self.tun_writes,
         );
+        // Counted once: a copy that arrived second carried nothing new.
+        if first {
+            self.pacing.count_carried(site_idx, app, incoming, info.len);
+        } else {
+            self.pacing.count_duplicate_dropped(site_idx, app);
+        }
         self.timers
             .earliest(Timer::Reseq, site.reseq.poll_timeout());
     }

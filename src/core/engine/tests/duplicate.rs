@@ -59,6 +59,9 @@ fn each_packet_goes_over_two_uplinks_within_the_budget_and_arrives_once() {
         entry.handle_lane_sample(lte, drained(&entry, lte, i), at(i));
     }
     assert_eq!(delivered, 20, "each packet once");
+    let received = exit.app_counters(SiteIdx(0), AppIdx::DEFAULT);
+    assert_eq!(received.duplicates_dropped, 20, "the second of each");
+    assert_eq!(received.other_bytes, 20 * call.len() as u64, "counted once");
     let counts = entry.app_counters(SiteIdx(0), AppIdx(1));
     assert_eq!((counts.duplicates, counts.over_budget), (20, 0));
     assert_eq!(counts.duplicate_bytes, 20 * (call.len() as u64 + 8));
