@@ -1760,24 +1760,23 @@ fn green_and_blue_lanes_carry_their_dscp_both_ways_over_ipv4_and_ipv6_uplinks() 
 
 /// Drops (`cut`) or lets through again every forwarded packet whose outer DSCP is 45,
 /// the green lanes' mark, in both directions of a router.
+/// Adds the table `inet cut` to a router with a forward chain of `policy` (`accept`
+/// or `drop`); deleting the table undoes it.
+fn cut_chain(tb: &Testbed, router: &str, policy: &str) {
+    tb.ok(router, &["nft", "add", "table", "inet", "cut"]);
+    let chain = format!("{{ type filter hook forward priority 0; policy {policy}; }}");
+    tb.ok(
+        router,
+        &["nft", "add", "chain", "inet", "cut", "forward", &chain],
+    );
+}
+
 fn cut_green(tb: &Testbed, router: &str, cut: bool) {
     if !cut {
         tb.ok(router, &["nft", "delete", "table", "inet", "cut"]);
         return;
     }
-    tb.ok(router, &["nft", "add", "table", "inet", "cut"]);
-    tb.ok(
-        router,
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "cut",
-            "forward",
-            "{ type filter hook forward priority 0; }",
-        ],
-    );
+    cut_chain(tb, router, "accept");
     for family in ["ip", "ip6"] {
         tb.ok(
             router,
@@ -2174,19 +2173,7 @@ fn an_application_kept_to_one_uplink_stays_off_the_other_while_it_is_up() {
 
     // Uplink 2's path dies (its router forwards nothing, silently): the application
     // takes uplink 1, counted at each end.
-    tb.ok("r2", &["nft", "add", "table", "inet", "cut"]);
-    tb.ok(
-        "r2",
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "cut",
-            "forward",
-            "{ type filter hook forward priority 0; policy drop; }",
-        ],
-    );
+    cut_chain(&tb, "r2", "drop");
     let down = |tb: &Testbed| {
         ["en", "ex"]
             .iter()
