@@ -232,6 +232,18 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
         ),
         (
             "exit",
+            format!("{EXIT}[pacing]\nbackground_method = \"newton\"\n"),
+            vec![],
+            "error: pacing.background_method: \"newton\" is not one of binary-search, stochastic-approximation",
+        ),
+        (
+            "entry",
+            format!("{ENTRY}[pacing]\nbackground_interval_ms = 50\n"),
+            vec![],
+            "error: pacing.background_interval_ms: must be 100 to 5000",
+        ),
+        (
+            "exit",
             format!("{EXIT}[log]\nfilter = \"braid=loud\"\n"),
             vec![],
             "error: log.filter: \"braid=loud\" is not a log filter",

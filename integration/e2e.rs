@@ -2301,3 +2301,89 @@ fn a_duplicated_application_crosses_two_lossy_uplinks_almost_without_loss() {
     );
     entry_status_shows(&tb, "    copies sent ");
 }
+
+#[test]
+fn a_background_application_takes_the_spare_capacity_and_gives_it_up_to_the_foreground() {
+    // Two uplinks of 20 Mbit/s. A bulk upload in a background application starts at
+    // 1 Mbit/s; with nothing else on the uplinks its search finds room and its rate
+    // climbs far past that. A foreground UDP upload of 36 Mbit/s then leaves next to
+    // nothing, and the background's rate falls within a few control intervals.
+    let mut tb = Testbed::up("e2ebg", &[("RATES", "20 20")]);
+    tb.start();
+    put_table_by_cli(
+        &tb,
+        r#"{"version": 1, "apps": [{"name": "bulk",
+            "match": {"proto": "tcp", "remote_ports": "5201"}, "class": "background"}]}"#,
+    );
+    let rate = |tb: &Testbed| {
+        tb.metric(
+            "en",
+            "braid_app_rate_target_bps{app=\"bulk\",direction=\"up\",site=\"site1\"}",
+        ) / 1e6
+    };
+    assert_eq!(
+        rate(&tb),
+        1.0,
+        "a background application starts at 1 Mbit/s"
+    );
+    let bulk_server = tb.spawn(
+        "sv",
+        &["iperf3", "-s", "-1", "-p", "5201"],
+        Ready::Listens(5201),
+    );
+    let fg_server = tb.spawn(
+        "sv",
+        &["iperf3", "-s", "-1", "-p", "5202"],
+        Ready::Listens(5202),
+    );
+    let bulk = tb.spawn(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "16", "-C", "cubic",
+        ],
+        Ready::Now,
+    );
+    let mut alone = 0.0;
+    let found = eventually(Duration::from_secs(6), || {
+        alone = rate(&tb);
+        alone >= 16.0
+    });
+    assert!(
+        found,
+        "the background's rate reached only {alone} Mbit/s alone"
+    );
+    entry_status_shows(&tb, "    background: spare capacity estimated ");
+    let foreground = tb.spawn(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-p", "5202", "-u", "-b", "36M", "-t", "6",
+        ],
+        Ready::Now,
+    );
+    let mut beside = alone;
+    let yielded = eventually(Duration::from_secs(4), || {
+        beside = rate(&tb);
+        beside <= 6.0
+    });
+    println!(
+        "background rate: {alone:.1} Mbit/s alone, {beside:.1} beside 36 Mbit/s of foreground"
+    );
+    assert!(
+        yielded,
+        "the background kept {beside} Mbit/s beside the foreground"
+    );
+    let fg_out = tb.wait(foreground, Duration::from_secs(10));
+    tb.wait(fg_server, Duration::from_secs(5));
+    // Once the foreground is gone, the search finds the room again.
+    let mut after = 0.0;
+    let regained = eventually(Duration::from_secs(6), || {
+        after = rate(&tb);
+        after >= 16.0
+    });
+    assert!(
+        regained,
+        "the background regained only {after} Mbit/s: {fg_out}"
+    );
+    tb.wait(bulk, Duration::from_secs(12));
+    tb.wait(bulk_server, Duration::from_secs(5));
+}

@@ -462,29 +462,21 @@ async fn every_endpoint_is_in_the_reference_and_answers() {
 /// Every metric family the registry exposes once each family has a child: name to
 /// (type, label names).
 fn metrics_exposed() -> BTreeMap<String, (String, BTreeSet<String>)> {
-    use braid::core::engine::{
-        DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, Shard, SiteSpec,
-    };
+    use braid::core::engine::{DataPath, EngineConfig, SiteSpec};
     use braid::core::lane::{Colour, LaneId};
     let metrics = Arc::new(braid::control::metrics::Metrics::new().expect("metrics"));
-    let engine = DataPath::new(EngineConfig {
-        role: Role::Entry,
-        sites: vec![SiteSpec {
-            id: "s".into(),
-            prefixes: Vec::new(),
-        }],
-        tun_mtu: 1400,
-        algorithm: braid::core::sched::Algorithm::Afmt,
-        flow_idle_timeout: std::time::Duration::from_secs(10),
-        max_flows: 16,
-        default_rate_kbps: None,
-        lane_stall: LANE_STALL,
-        lane_queue_limit: LANE_QUEUE_LIMIT,
-        green_inner_dscp: Vec::new(),
-        abe: Default::default(),
-        shard: Shard::ONLY,
-        warm_up_lanes: false,
-    });
+    let engine = DataPath::new(
+        EngineConfig::builder()
+            .sites(vec![SiteSpec {
+                id: "s".into(),
+                prefixes: Vec::new(),
+            }])
+            .tun_mtu(1400)
+            .max_flows(16)
+            .green_inner_dscp(Vec::new())
+            .warm_up_lanes(false)
+            .build(),
+    );
     let mut export = braid::control::metrics::Export::new(metrics.clone(), &engine);
     export.lane_up(LaneId(0), "s", "u", Colour::Blue);
     export.copy(&engine);

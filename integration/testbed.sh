@@ -29,6 +29,8 @@
 #   ABE_SCHEDULER=dsd  abe.scheduler of both gateways (dsd or fifo)
 #   TUN_OFFLOAD=false  tun.offload of both gateways (a packet per TUN read and write);
 #                      unset, the key is left out (builds before it refuse it)
+#   BACKGROUND_METHOD=binary-search|stochastic-approximation  BACKGROUND_INTERVAL_MS=N
+#                      pacing.background_method and _interval_ms of both gateways
 #   EXIT_THREADS=N     listen.threads of the exit (its data-path threads); unset,
 #                      the key is left out (one per core, at most one per site)
 #
@@ -150,6 +152,7 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "token_file = \"admin.token\""
         echo "[pacing]"
         echo "state_file = \"pacing-$2.json\""
+        background_keys
         abe_section
         for ((i = 1; i <= n; i++)); do
             echo "[[uplinks]]"
@@ -164,6 +167,12 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
             fi
         done
     } >"$4"
+}
+
+background_keys() {
+    [ -z "${BACKGROUND_METHOD:-}" ] || echo "background_method = \"$BACKGROUND_METHOD\""
+    [ -z "${BACKGROUND_INTERVAL_MS:-}" ] || echo "background_interval_ms = $BACKGROUND_INTERVAL_MS"
+    return 0
 }
 
 abe_section() {
@@ -192,6 +201,7 @@ listen = "127.0.0.1:9190"
 token_file = "admin.token"
 [pacing]
 state_file = "pacing-exit.json"
+$(background_keys)
 [[sites]]
 id = "site1"
 prefixes = ["198.18.1.0/24", "fd00:1::/64"]

@@ -269,6 +269,7 @@ fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) 
         .flow_idle_timeout(config.scheduler.flow_idle_timeout)
         .max_flows(config.scheduler.max_flows)
         .default_rate_kbps(Some(config.pacing.default_rate_kbps))
+        .background(config.pacing.background)
         .lane_stall(LANE_STALL)
         .lane_queue_limit(LANE_QUEUE_LIMIT)
         .green_inner_dscp(config.abe.green_inner_dscp.clone())
@@ -410,6 +411,9 @@ impl Reloader {
         }
         if let Some(kbps) = plan.default_rate_kbps {
             commands.push(DriverCommand::DefaultRate(kbps));
+        }
+        if let Some(settings) = plan.background {
+            commands.push(DriverCommand::Background(settings));
         }
         if let Some(sites) = &plan.sites {
             // The data path first: a lane of a new site that the new admission lets

@@ -609,6 +609,16 @@ impl Driver {
                     info!(default_rate_kbps = kbps, "default pacing rate applied");
                 }
             }
+            DriverCommand::Background(settings) => {
+                self.engine.handle_background_settings(settings, now);
+                if log {
+                    info!(
+                        method = settings.method.as_str(),
+                        interval_ms = settings.interval.as_millis() as u64,
+                        "background search settings applied"
+                    );
+                }
+            }
             DriverCommand::ServeSites(sites) => {
                 self.engine.handle_sites(&sites, now);
                 self.app_stats.add_sites(&self.engine);

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 
 use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig, TunConfig};
+use crate::core::background::BackgroundSettings;
 use crate::core::engine::SiteSpec;
 
 /// The outcome of comparing the running configuration with a new one.
@@ -27,6 +28,9 @@ pub struct ReloadPlan {
     pub routes_removed: Vec<IpNet>,
     /// `pacing.default_rate_kbps`, when it changed.
     pub default_rate_kbps: Option<u64>,
+    /// `pacing.background_method` and `pacing.background_interval_ms`, when either
+    /// changed.
+    pub background: Option<BackgroundSettings>,
     /// `pacing.state_file`, when it changed: tables are written there at once.
     pub state_file: Option<Option<PathBuf>>,
     /// `log.filter`, when it changed.
@@ -102,6 +106,9 @@ impl ReloadPlan {
         mark(&mut plan.at_restart, token_changed, "admin.token_file");
         if new.scheduler != running.scheduler {
             plan.scheduler = Some(new.scheduler.clone());
+        }
+        if new.pacing.background != running.pacing.background {
+            plan.background = Some(new.pacing.background);
         }
         if new.pacing.default_rate_kbps != running.pacing.default_rate_kbps {
             plan.default_rate_kbps = Some(new.pacing.default_rate_kbps);

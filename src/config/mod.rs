@@ -16,6 +16,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::cert::TlsConfig;
+use crate::core::background::{BackgroundSettings, MAX_INTERVAL, MIN_INTERVAL, Method};
 use crate::core::engine::SiteSpec;
 use crate::core::field_error::FieldError;
 use crate::core::lane_cc;
@@ -133,6 +134,8 @@ pub struct SchedulerConfig {
 pub struct PacingConfig {
     pub state_file: Option<PathBuf>,
     pub default_rate_kbps: u64,
+    /// How background applications find the spare capacity.
+    pub background: BackgroundSettings,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -264,6 +267,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<Config, FieldError> {
         pacing: PacingConfig {
             state_file: raw.pacing.state_file.as_deref().map(|p| base.join(p)),
             default_rate_kbps: raw.pacing.default_rate_kbps.unwrap_or(0),
+            background: validate_background(&raw.pacing)?,
         },
         abe: validate_abe(&raw.abe)?,
         admin: AdminConfig {
@@ -531,6 +535,40 @@ fn default_tun_mtu(role: &RoleConfig) -> u32 {
         UDP_PAYLOAD_V6
     };
     payload - QUIC_DATAGRAM_OVERHEAD
+}
+
+fn validate_background(raw: &raw::RawPacing) -> Result<BackgroundSettings, FieldError> {
+    let mut settings = BackgroundSettings::default();
+    if let Some(name) = &raw.background_method {
+        settings.method = Method::from_name(name).map_or_else(
+            || {
+                err(
+                    "pacing.background_method",
+                    format!(
+                        "{name:?} is not one of {}, {}",
+                        Method::BinarySearch.as_str(),
+                        Method::StochasticApproximation.as_str()
+                    ),
+                )
+            },
+            Ok,
+        )?;
+    }
+    if let Some(ms) = raw.background_interval_ms {
+        let interval = Duration::from_millis(ms);
+        if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
+            return err(
+                "pacing.background_interval_ms",
+                format!(
+                    "must be {} to {}",
+                    MIN_INTERVAL.as_millis(),
+                    MAX_INTERVAL.as_millis()
+                ),
+            );
+        }
+        settings.interval = interval;
+    }
+    Ok(settings)
 }
 
 fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, FieldError> {

@@ -102,6 +102,8 @@ pub struct RawScheduler {
 pub struct RawPacing {
     pub state_file: Option<String>,
     pub default_rate_kbps: Option<u64>,
+    pub background_method: Option<String>,
+    pub background_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -49,6 +49,13 @@ pub struct AppReport {
     /// Packets received a second time (a copy and its original) and dropped.
     #[serde(default)]
     pub duplicates_dropped: u64,
+    /// A background application's estimate of the spare capacity it searches for
+    /// (its rate is `target_bps`); absent for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_spare_bps: Option<u64>,
+    /// And the site's lanes' queue it last measured, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_queue_ms: Option<f64>,
 }
 
 /// One application's metrics and where its counters stood.
@@ -176,6 +183,12 @@ impl AppStats {
                 c.paced
                     .queue_bytes
                     .set(i64::try_from(queue).unwrap_or(i64::MAX));
+                // A background application's rate moves with its search.
+                if let Some(b) = engine.pacing().background(site, app) {
+                    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                    c.paced.target_bps.set(gauge(b.rate_bps));
+                    c.paced.background_spare_bps.set(gauge(b.spare_bps));
+                }
             }
         }
     }
@@ -208,6 +221,7 @@ impl AppStats {
                     Direction::Up => (paced_bps, other_bps),
                     Direction::Down => (other_bps, paced_bps),
                 };
+                let background = pacing.background(site, app);
                 apps.push(AppReport {
                     name: c.name.clone(),
                     flows: pacing.flows(site, app),
@@ -221,6 +235,8 @@ impl AppStats {
                     duplicate_bytes: counts.duplicate_bytes,
                     duplicates_over_budget: counts.over_budget,
                     duplicates_dropped: counts.duplicates_dropped,
+                    background_spare_bps: background.map(|b| b.spare_bps),
+                    background_queue_ms: background.map(|b| b.queue.as_secs_f64() * 1e3),
                 });
             }
             reports.push(SiteReport {

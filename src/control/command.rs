@@ -5,6 +5,7 @@
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::SchedulerConfig;
+use crate::core::background::BackgroundSettings;
 use crate::core::engine::{SiteIdx, SiteSpec};
 use crate::core::pacing_table::PacingTable;
 
@@ -20,6 +21,8 @@ pub enum DriverCommand {
     Reschedule(SchedulerConfig),
     /// Pace what no application matches at this rate (kbit/s) from now on.
     DefaultRate(u64),
+    /// Search for background applications' spare capacity so from now on.
+    Background(BackgroundSettings),
     /// Serve exactly these sites from now on (an exit's reload changed them).
     ServeSites(Vec<SiteSpec>),
     /// Publish the status now (`GET /v1/status`); each data-path thread answers on

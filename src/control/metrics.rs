@@ -75,6 +75,7 @@ pub struct Metrics {
     app_duplicate_bytes: IntCounterVec,
     app_over_budget: IntCounterVec,
     app_duplicates_dropped: IntCounterVec,
+    app_background_spare: IntGaugeVec,
     lanes_up: AtomicI64,
 }
 
@@ -90,6 +91,7 @@ pub struct AppMetrics {
     pub duplicate_bytes: IntCounter,
     pub over_budget: IntCounter,
     pub duplicates_dropped: IntCounter,
+    pub background_spare_bps: IntGauge,
 }
 
 /// The metric children of one lane (site, uplink, colour). A lane that reconnects
@@ -439,6 +441,11 @@ impl Metrics {
                 "app_duplicates_dropped_total",
                 "Packets of the application received a second time (a copy and its original) and dropped",
             )?,
+            app_background_spare: gauge(
+                "app_background_spare_bps",
+                "The spare capacity a background application's search estimates (its rate is app_rate_target_bps)",
+                &APP_LABELS,
+            )?,
             lanes_up: AtomicI64::new(0),
             registry,
         })
@@ -497,6 +504,7 @@ impl Metrics {
             duplicate_bytes: self.app_duplicate_bytes.with_label_values(&l),
             over_budget: self.app_over_budget.with_label_values(&l),
             duplicates_dropped: self.app_duplicates_dropped.with_label_values(&l),
+            background_spare_bps: self.app_background_spare.with_label_values(&l),
         }
     }
 
@@ -513,6 +521,7 @@ impl Metrics {
         let _ = self.app_duplicate_bytes.remove_label_values(&l);
         let _ = self.app_over_budget.remove_label_values(&l);
         let _ = self.app_duplicates_dropped.remove_label_values(&l);
+        let _ = self.app_background_spare.remove_label_values(&l);
     }
 
     /// The reordering counter of a site.

@@ -286,6 +286,13 @@ pub fn table(status: &Status) -> String {
                     compact(a.steered_off_packets)
                 ));
             }
+            if let Some(spare) = a.background_spare_bps {
+                out.push_str(&format!(
+                    "    background: spare capacity estimated {:.1} Mb/s, lanes' queue {:.1} ms\n",
+                    spare as f64 / 1e6,
+                    a.background_queue_ms.unwrap_or_default()
+                ));
+            }
             if a.duplicate_packets + a.duplicates_over_budget + a.duplicates_dropped > 0 {
                 out.push_str(&format!(
                     "    copies sent {} ({} kB), over budget {}, received twice {}\n",
@@ -389,6 +396,8 @@ mod tests {
                     duplicate_bytes: 1_000_000,
                     duplicates_over_budget: 7,
                     duplicates_dropped: 4990,
+                    background_spare_bps: Some(31_400_000),
+                    background_queue_ms: Some(0.42),
                 }],
             }],
         }
@@ -416,6 +425,12 @@ mod tests {
         );
         assert!(
             text.contains("\n    copies sent 5000 (1000 kB), over budget 7, received twice 4990\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\n    background: spare capacity estimated 31.4 Mb/s, lanes' queue 0.4 ms\n"
+            ),
             "{text}"
         );
         assert!(text.contains("dropped: queue_full 3\n"), "{text}");

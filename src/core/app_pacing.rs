@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use super::background::{Interval, Method, SpareSearch};
 use super::classify::Classifier;
 use super::flow::FlowTable;
 use super::hash::FixedMap;
@@ -50,6 +51,16 @@ pub struct AppCounters {
     pub duplicates_dropped: u64,
 }
 
+/// Where a background application's search stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackgroundState {
+    pub rate_bps: u64,
+    pub spare_bps: u64,
+    /// The site's lanes' queue over the last control interval
+    /// (`core/engine/background.rs`).
+    pub queue: Duration,
+}
+
 /// A flow's application, as the per-flow cache keeps it.
 #[derive(Debug, Clone, Copy)]
 struct Classified {
@@ -71,11 +82,36 @@ struct SiteApps {
     slots: Vec<SlotId>,
     /// The counters of each application (by `AppIdx`).
     counters: Vec<AppCounters>,
+    /// The search for the spare capacity of each `background` application (by
+    /// `AppIdx`; `None` for the others).
+    searches: Vec<Option<Background>>,
+    /// What the site's foreground applications had carried at the last revision of
+    /// the background's rates.
+    foreground_at: u64,
+}
+
+/// A background application's search, what it had carried at the last revision, and
+/// the lanes' queue its last interval showed.
+struct Background {
+    search: SpareSearch,
+    carried_at: u64,
+    queue: Duration,
+}
+
+impl Background {
+    fn new(method: Method, app: &AppSpec, direction: Direction, carried_at: u64) -> Background {
+        Background {
+            search: SpareSearch::new(method, app.rate_bps(direction)),
+            carried_at,
+            queue: Duration::ZERO,
+        }
+    }
 }
 
 /// All sites' applications and their pacer.
 pub struct AppPacing<T> {
     direction: Direction,
+    background_method: Method,
     default_rate_bps: u64,
     flow_idle_timeout: Duration,
     max_flows: usize,
@@ -97,6 +133,7 @@ impl<T> AppPacing<T> {
     ) -> AppPacing<T> {
         let mut pacing = AppPacing {
             direction,
+            background_method: Method::default(),
             default_rate_bps: default_rate_kbps.unwrap_or(0) * 1000,
             flow_idle_timeout,
             max_flows,
@@ -114,7 +151,7 @@ impl<T> AppPacing<T> {
     /// unpaced) from `now` on, at every site; queued packets stay queued.
     pub fn set_default_rate(&mut self, default_rate_kbps: Option<u64>, now: Instant) {
         self.default_rate_bps = default_rate_kbps.unwrap_or(0) * 1000;
-        let spec = self.spec(None);
+        let spec = self.spec(None, None);
         for site in &self.sites {
             self.pacer.set(site.slots[0], spec, now);
         }
@@ -123,7 +160,7 @@ impl<T> AppPacing<T> {
     /// Adds a site (the next `SiteIdx`) with an empty table.
     pub fn add_site(&mut self) {
         let site = SiteIdx(self.sites.len() as u32);
-        let default = self.pacer.add(self.spec(None));
+        let default = self.pacer.add(self.spec(None, None));
         self.own(default, site, AppIdx::DEFAULT);
         self.sites.push(SiteApps {
             table: PacingTable::default(),
@@ -132,7 +169,101 @@ impl<T> AppPacing<T> {
             flows: vec![0],
             slots: vec![default],
             counters: vec![AppCounters::default()],
+            searches: vec![None],
+            foreground_at: 0,
         });
+    }
+
+    /// Searches for the spare capacity with `method` from `now` on: background
+    /// applications start their search anew (a search's state means nothing to the
+    /// other method).
+    pub fn set_background_method(&mut self, method: Method, now: Instant) {
+        if method == self.background_method {
+            return;
+        }
+        self.background_method = method;
+        for s in 0..self.sites.len() {
+            let site = &mut self.sites[s];
+            for (i, app) in site.table.apps.iter().enumerate() {
+                if app.is_background() {
+                    let carried = site.counters[i + 1].paced_bytes;
+                    site.searches[i + 1] =
+                        Some(Background::new(method, app, self.direction, carried));
+                }
+            }
+            self.respec_background(SiteIdx(s as u32), now);
+        }
+    }
+
+    /// Sites with a background application.
+    pub fn has_background(&self) -> bool {
+        self.sites
+            .iter()
+            .any(|s| s.searches.iter().any(Option::is_some))
+    }
+
+    /// Revises the rate of every background application of `site` after a control
+    /// interval of `elapsed` in which the site's lanes held `queue` beyond what they
+    /// are meant to (`core/background.rs`).
+    pub fn revise_background(
+        &mut self,
+        site: SiteIdx,
+        queue: Duration,
+        elapsed: Duration,
+        now: Instant,
+    ) {
+        let s = &mut self.sites[site.0 as usize];
+        if s.searches.iter().all(Option::is_none) || elapsed.is_zero() {
+            return;
+        }
+        let bps = |bytes: u64| (u128::from(bytes) * 8_000_000_000 / elapsed.as_nanos()) as u64;
+        let foreground: u64 = s
+            .counters
+            .iter()
+            .zip(&s.searches)
+            .filter(|(_, b)| b.is_none())
+            .map(|(c, _)| c.paced_bytes)
+            .sum();
+        let foreground_bps = bps(foreground.saturating_sub(s.foreground_at));
+        s.foreground_at = foreground;
+        for (b, c) in s.searches.iter_mut().zip(&s.counters) {
+            if let Some(b) = b {
+                let carried_bps = bps(c.paced_bytes.saturating_sub(b.carried_at));
+                b.carried_at = c.paced_bytes;
+                b.queue = queue;
+                b.search.step(Interval {
+                    carried_bps,
+                    foreground_bps,
+                    queue,
+                });
+            }
+        }
+        self.respec_background(site, now);
+    }
+
+    /// Gives the pacer queues of `site`'s background applications their searches'
+    /// rates.
+    fn respec_background(&mut self, site: SiteIdx, now: Instant) {
+        let s = &self.sites[site.0 as usize];
+        for (i, b) in s.searches.iter().enumerate() {
+            if b.is_some() {
+                let spec = self.spec(s.table.app(AppIdx(i as u32)), b.as_ref());
+                self.pacer.set(s.slots[i], spec, now);
+            }
+        }
+    }
+
+    /// A background application's rate and the spare capacity its search estimates,
+    /// in bit/s, and the lanes' queue of its last control interval; `None` for the
+    /// others.
+    pub fn background(&self, site: SiteIdx, app: AppIdx) -> Option<BackgroundState> {
+        self.sites[site.0 as usize].searches[app.0 as usize]
+            .as_ref()
+            .map(|b| BackgroundState {
+                rate_bps: b.search.rate_bps(),
+                spare_bps: b.search.spare_bps(),
+                queue: b.queue,
+            })
     }
 
     pub fn direction(&self) -> Direction {
@@ -147,9 +278,13 @@ impl<T> AppPacing<T> {
         self.owners[i] = (site, app);
     }
 
-    /// How an application (`None`: default) is paced in this gateway's direction.
-    fn spec(&self, app: Option<&AppSpec>) -> PaceSpec {
-        let rate_bps = app.map_or(self.default_rate_bps, |a| a.rate_bps(self.direction));
+    /// How an application (`None`: default) is paced in this gateway's direction: a
+    /// background application at its search's rate.
+    fn spec(&self, app: Option<&AppSpec>, background: Option<&Background>) -> PaceSpec {
+        let rate_bps = match background {
+            Some(b) => b.search.rate_bps(),
+            None => app.map_or(self.default_rate_bps, |a| a.rate_bps(self.direction)),
+        };
         PaceSpec {
             rate_bps,
             burst_bytes: app.and_then(|a| a.burst_bytes).unwrap_or(0),
@@ -173,37 +308,74 @@ impl<T> AppPacing<T> {
         now: Instant,
         mut unpaced: impl FnMut(T),
     ) {
+        let mut old_searches = std::mem::take(&mut self.sites[site.0 as usize].searches);
         let old = &self.sites[site.0 as usize];
-        // Name -> queue and counters of the old table's applications: they follow the
-        // name into the new table; what is left over is gone.
-        let mut old_apps: FixedMap<&str, (SlotId, AppCounters)> = old
+        // Name -> queue, counters and search of the old table's applications: they
+        // follow the name into the new table; what is left over is gone.
+        let mut old_apps: FixedMap<&str, (SlotId, AppCounters, Option<Background>)> = old
             .table
             .apps
             .iter()
             .zip(old.slots[1..].iter().zip(&old.counters[1..]))
-            .map(|(a, (slot, c))| (a.name.as_str(), (*slot, *c)))
+            .zip(old_searches.iter_mut().skip(1))
+            .map(|((a, (slot, c)), b)| (a.name.as_str(), (*slot, *c, b.take())))
             .collect();
-        let kept: Vec<Option<(SlotId, AppCounters)>> = table
+        let kept: Vec<Option<(SlotId, AppCounters, Option<Background>)>> = table
             .apps
             .iter()
             .map(|a| old_apps.remove(a.name.as_str()))
             .collect();
         let mut counters = Vec::with_capacity(table.apps.len() + 1);
         counters.push(old.counters[0]);
-        counters.extend(kept.iter().map(|k| k.map(|(_, c)| c).unwrap_or_default()));
-        let mut gone: Vec<SlotId> = old_apps.into_values().map(|(slot, _)| slot).collect();
+        counters.extend(
+            kept.iter()
+                .map(|k| k.as_ref().map(|k| k.1).unwrap_or_default()),
+        );
+        let mut gone: Vec<SlotId> = old_apps.into_values().map(|(slot, ..)| slot).collect();
         gone.sort();
         let default = old.slots[0];
         for slot in gone {
             self.pacer.remove(slot, &mut unpaced);
         }
-        self.pacer.set(default, self.spec(None), now);
+        self.pacer.set(default, self.spec(None, None), now);
         let mut slots = Vec::with_capacity(table.apps.len() + 1);
         slots.push(default);
+        let mut searches = Vec::with_capacity(table.apps.len() + 1);
+        searches.push(None);
         for (i, (app, kept)) in table.apps.iter().zip(kept).enumerate() {
-            let spec = self.spec(Some(app));
-            let slot = match kept {
-                Some((slot, _)) => {
+            let (slot, search) = match kept {
+                Some((slot, c, search)) => (
+                    Some(slot),
+                    search
+                        .filter(|_| app.is_background())
+                        .map(
+                            // A background application that stays keeps its search, under
+                            // its new ceiling.
+                            |mut b| {
+                                b.search.set_ceiling(app.rate_bps(self.direction));
+                                b
+                            },
+                        )
+                        .or_else(|| {
+                            app.is_background().then(|| {
+                                Background::new(
+                                    self.background_method,
+                                    app,
+                                    self.direction,
+                                    c.paced_bytes,
+                                )
+                            })
+                        }),
+                ),
+                None => (
+                    None,
+                    app.is_background()
+                        .then(|| Background::new(self.background_method, app, self.direction, 0)),
+                ),
+            };
+            let spec = self.spec(Some(app), search.as_ref());
+            let slot = match slot {
+                Some(slot) => {
                     self.pacer.set(slot, spec, now);
                     slot
                 }
@@ -211,6 +383,7 @@ impl<T> AppPacing<T> {
             };
             self.own(slot, site, AppIdx(i as u32 + 1));
             slots.push(slot);
+            searches.push(search);
         }
         let s = &mut self.sites[site.0 as usize];
         s.classifier = Classifier::new(&table);
@@ -218,6 +391,7 @@ impl<T> AppPacing<T> {
         s.flows = vec![0; table.apps.len() + 1];
         s.slots = slots;
         s.counters = counters;
+        s.searches = searches;
         s.table = table;
     }
 
@@ -531,5 +705,59 @@ mod tests {
             p.classify(site, &pkt, Direction::Up, Instant::ZERO),
             AppIdx::DEFAULT
         );
+    }
+
+    #[test]
+    fn a_background_applications_rate_follows_its_search_and_survives_a_new_table() {
+        use crate::core::background::START_RATE_BPS;
+        let site = SiteIdx(0);
+        let json = |version: u32, class: &str| {
+            format!(
+                r#"{{"version": {version}, "apps": [{{"name": "bulk", "match": {{"remote_ports": "873"}}, "class": "{class}", "rate_up_kbps": 50000}}]}}"#
+            )
+        };
+        let mut p = with_table(site, &json(1, "background"));
+        let bulk = AppIdx(1);
+        assert!(p.has_background());
+        assert_eq!(p.target_bps(site, bulk), START_RATE_BPS);
+        let second = Duration::from_secs(1);
+        // It used all of its 1 Mbit/s in a second without a queue: it doubles.
+        p.count_carried(site, bulk, Direction::Up, 125_000);
+        p.revise_background(site, Duration::ZERO, second, Instant::ZERO);
+        assert_eq!(p.target_bps(site, bulk), 2 * START_RATE_BPS);
+        assert_eq!(
+            p.background(site, bulk),
+            Some(BackgroundState {
+                rate_bps: 2 * START_RATE_BPS,
+                spare_bps: START_RATE_BPS,
+                queue: Duration::ZERO
+            })
+        );
+        // The foreground (default) came back and the lanes queued: it yields.
+        p.count_carried(site, bulk, Direction::Up, 250_000);
+        p.count_carried(site, AppIdx::DEFAULT, Direction::Up, 10_000_000);
+        p.revise_background(site, Duration::from_millis(20), second, Instant::ZERO);
+        assert!(p.target_bps(site, bulk) < 2 * START_RATE_BPS);
+        let yielded = p.target_bps(site, bulk);
+        // A new version of the table keeps the search; the application's counters
+        // and rate go on.
+        p.apply(site, table(&json(2, "background")), Instant::ZERO, |_| ());
+        assert_eq!(p.target_bps(site, bulk), yielded);
+        // Made a foreground application, it is paced at its table rate.
+        p.apply(site, table(&json(3, "foreground")), Instant::ZERO, |_| ());
+        assert_eq!(p.target_bps(site, bulk), 50_000_000);
+        assert_eq!(p.background(site, bulk), None);
+        assert!(!p.has_background());
+        // Back to background: a fresh search, from the start rate.
+        p.apply(site, table(&json(4, "background")), Instant::ZERO, |_| ());
+        assert_eq!(p.target_bps(site, bulk), START_RATE_BPS);
+        // Another method starts the search anew as well.
+        p.count_carried(site, bulk, Direction::Up, 125_000);
+        p.revise_background(site, Duration::ZERO, second, Instant::ZERO);
+        p.set_background_method(
+            crate::core::background::Method::StochasticApproximation,
+            Instant::ZERO,
+        );
+        assert_eq!(p.target_bps(site, bulk), START_RATE_BPS);
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod app_pacing;
 pub mod aqm;
+pub mod background;
 pub mod classify;
 pub mod dsd;
 pub mod duplicate_budget;

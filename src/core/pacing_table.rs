@@ -116,9 +116,34 @@ pub struct AppSpec {
     /// `duplicate_kbps`; the receiving gateway passes whichever arrives first.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
+    /// `background`: the application gets only the capacity the site's others leave
+    /// (`core/background.rs`); its `rate_*_kbps`, where given, cap it.
+    #[serde(default, skip_serializing_if = "AppClass::is_foreground")]
+    pub class: AppClass,
+}
+
+/// What an application wants from the network beyond a rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppClass {
+    /// Paced at its rate, if it has one, and otherwise carried as it comes.
+    #[default]
+    Foreground,
+    /// Only spare capacity: its rate follows what the others leave.
+    Background,
+}
+
+impl AppClass {
+    pub fn is_foreground(&self) -> bool {
+        *self == AppClass::Foreground
+    }
 }
 
 impl AppSpec {
+    pub fn is_background(&self) -> bool {
+        self.class == AppClass::Background
+    }
+
     /// The application keeps to some uplinks (`uplinks` or `avoid`).
     pub fn steered(&self) -> bool {
         self.uplinks.is_some() || !self.avoid.is_empty()
@@ -341,6 +366,12 @@ impl PacingTable {
                 return Err(refuse(at("match.dscp"), "a DSCP is 0 to 63"));
             }
             validate_steering(app, &at)?;
+            if app.is_background() && app.duplicate {
+                return Err(refuse(
+                    at("duplicate"),
+                    "a background application gets only spare capacity; copies of its packets would take more",
+                ));
+            }
         }
         Ok(())
     }
@@ -581,6 +612,29 @@ mod tests {
         refused_with(
             r#"{"version": 1, "apps": [{"name": "a", "duplicate": "yes"}]}"#,
             "apps[0].duplicate: invalid type",
+        );
+    }
+
+    #[test]
+    fn a_background_class_parses_and_is_checked() {
+        let t = PacingTable::parse(
+            br#"{"version": 1, "apps": [{"name": "updates", "class": "background", "rate_down_kbps": 20000},
+                                        {"name": "web", "class": "foreground"}, {"name": "mail"}]}"#,
+        )
+        .expect("valid");
+        assert!(t.apps[0].is_background());
+        assert!(!t.apps[1].is_background() && !t.apps[2].is_background());
+        let again = serde_json::to_vec(&t).expect("serialise");
+        assert_eq!(PacingTable::parse(&again).expect("valid"), t);
+        refused_with(
+            r#"{"version": 1, "apps": [{"name": "a", "class": "bulk"}]}"#,
+            "apps[0].class: unknown variant `bulk`, expected `foreground` or `background`",
+        );
+        assert_eq!(
+            error(
+                r#"{"version": 1, "apps": [{"name": "a", "class": "background", "duplicate": true}]}"#
+            ),
+            "apps[0].duplicate: a background application gets only spare capacity; copies of its packets would take more"
         );
     }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use crate::core::background::BackgroundSettings;
 use crate::core::pacing_table::Direction;
 use crate::core::sched::Algorithm;
 use crate::core::shaper::AbeSettings;
@@ -76,6 +77,8 @@ pub struct EngineConfig {
     pub max_flows: usize,
     /// The rate of applications without one of their own (`pacing.default_rate_kbps`).
     pub default_rate_kbps: Option<u64>,
+    /// How background applications find the spare capacity.
+    pub background: BackgroundSettings,
     /// See [`LANE_STALL`].
     pub lane_stall: Duration,
     /// See [`LANE_QUEUE_LIMIT`].
@@ -106,6 +109,7 @@ impl Default for EngineConfig {
             flow_idle_timeout: Duration::from_secs(10),
             max_flows: 65_536,
             default_rate_kbps: None,
+            background: BackgroundSettings::default(),
             lane_stall: LANE_STALL,
             lane_queue_limit: LANE_QUEUE_LIMIT,
             green_inner_dscp: vec![46],
@@ -150,6 +154,7 @@ impl EngineConfigBuilder {
         flow_idle_timeout: Duration,
         max_flows: usize,
         default_rate_kbps: Option<u64>,
+        background: BackgroundSettings,
         lane_stall: Duration,
         lane_queue_limit: u64,
         green_inner_dscp: Vec<u8>,

@@ -34,6 +34,7 @@
 //! rate), [`counters`] (what the shell reads) and [`config`]; this file is the face:
 //! the `handle_*` inputs, the `poll_*` outputs and [`DataPath::poll_timeout`].
 
+mod background;
 mod config;
 mod counters;
 mod duplicate;
@@ -56,6 +57,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::app_pacing::AppPacing;
+use super::background::BackgroundSettings;
 use super::icmp::MAX_REPLY_LEN;
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -190,6 +192,10 @@ pub struct DataPath {
     sample_due: bool,
     /// Packets the pacer released, reused between timeouts.
     released: Vec<(SiteIdx, AppIdx, Packet)>,
+    /// How background applications search for the spare capacity, and when their
+    /// current control interval began.
+    background: BackgroundSettings,
+    revised_at: Instant,
     reply: [u8; MAX_REPLY_LEN],
 }
 
@@ -254,6 +260,8 @@ impl DataPath {
             sampled_at: Instant::ZERO,
             sample_due: false,
             released: Vec::new(),
+            background: config.background,
+            revised_at: Instant::ZERO,
             reply: [0; MAX_REPLY_LEN],
         }
     }
@@ -673,6 +681,7 @@ impl DataPath {
         });
         self.forward_released(&mut unpaced, now);
         self.released = unpaced;
+        self.arm_background(now);
     }
 
     /// Does what is due at `now`: releases paced packets, forgets idle flows, and
@@ -714,6 +723,12 @@ impl DataPath {
         }
         if self.timers.is_due(Timer::StallCheck, now) {
             self.check_stalls(now);
+        }
+        if self.timers.is_due(Timer::BackgroundSample, now) {
+            self.sample_background(now);
+        }
+        if self.timers.is_due(Timer::BackgroundRevise, now) {
+            self.revise_background(now);
         }
     }
 

@@ -16,6 +16,7 @@ use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
 
 use super::DataPath;
+use super::background::QueueSamples;
 use super::config::{Shard, SiteSpec};
 
 pub(super) struct Site {
@@ -41,6 +42,8 @@ pub(super) struct Site {
     pub striped_drops: StripedDrops,
     /// What the copies of the site's `duplicate` applications may still add.
     pub duplicate_budget: DuplicateBudget,
+    /// The lanes' queue over the background applications' control interval.
+    pub background_queue: QueueSamples,
 }
 
 impl Site {
@@ -61,6 +64,7 @@ impl Site {
             resequenced_drops: FlowTable::new(flow_idle_timeout, max_flows),
             striped_drops: StripedDrops::default(),
             duplicate_budget: DuplicateBudget::default(),
+            background_queue: QueueSamples::default(),
         }
     }
 }

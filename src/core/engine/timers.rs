@@ -17,6 +17,10 @@ pub(super) enum Timer {
     /// While a lane warms up (see `DataPath::warm_up`): when it wants its next sample,
     /// sooner than an idle lane's.
     WarmSample,
+    /// While a site has a background application: the next sample of its lanes'
+    /// queues, and the end of the control interval (`background.rs`).
+    BackgroundSample,
+    BackgroundRevise,
     /// The pacer's next release. The pacer keeps it; filled in when polled.
     PacingRelease,
     /// Lanes are sampled at least every `IDLE_SAMPLE_INTERVAL`, from when they were

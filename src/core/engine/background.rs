@@ -1,0 +1,164 @@
+//! The engine's side of background applications (`core/background.rs`): it samples
+//! each site's lane queues while a site has one, and at the end of every control
+//! interval hands the average to the applications' searches, which set their rates.
+
+use std::time::Duration;
+
+use crate::core::background::BackgroundSettings;
+use crate::core::lane::{Colour, LaneView, longest_one_way};
+use crate::core::site::SiteIdx;
+use crate::core::time::Instant;
+
+use super::DataPath;
+use super::sites::lanes_of;
+use super::timers::Timer;
+
+/// How often the lanes' queues are sampled within a control interval.
+const QUEUE_SAMPLE: Duration = Duration::from_millis(10);
+
+/// A site's lane queue summed over a control interval's samples.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct QueueSamples {
+    sum: Duration,
+    samples: u32,
+}
+
+impl QueueSamples {
+    fn add(&mut self, queue: Duration) {
+        self.sum += queue;
+        self.samples += 1;
+    }
+
+    /// The interval's average, and a fresh start.
+    fn take(&mut self) -> Duration {
+        let average = self.sum.checked_div(self.samples).unwrap_or_default();
+        *self = QueueSamples::default();
+        average
+    }
+}
+
+/// The queue of a site's lanes that are up beyond what AFMT means them to hold,
+/// weighted by each lane's rate (its window per round trip): at the uplink's
+/// bottleneck ([`LaneView::bottleneck_queue`]), and inside braid beyond the longest
+/// lane's delay of the colour ([`LaneView::wait_beyond`]). A site with room on any
+/// lane shows little: AFMT sends there.
+pub(super) fn lanes_queue(lanes: &[LaneView], now: Instant) -> Duration {
+    let (mut weighted, mut weights) = (0.0, 0.0);
+    for colour in [Colour::Green, Colour::Blue] {
+        let group = &lanes[lanes_of(lanes, colour)];
+        let longest = longest_one_way(group);
+        for v in group.iter().filter(|v| v.up) {
+            let srtt = v.srtt.max(Duration::from_micros(100));
+            let rate = v.cwnd as f64 / srtt.as_secs_f64();
+            let queue = v.bottleneck_queue(now) + v.wait_beyond(v.drain_time(0, v.srtt), longest);
+            weighted += rate * queue.as_secs_f64();
+            weights += rate;
+        }
+    }
+    if weights > 0.0 {
+        Duration::from_secs_f64(weighted / weights)
+    } else {
+        Duration::ZERO
+    }
+}
+
+impl DataPath {
+    /// Searches with `settings` from `now` on (a reload changed them).
+    pub fn handle_background_settings(&mut self, settings: BackgroundSettings, now: Instant) {
+        self.background = settings;
+        self.pacing.set_background_method(settings.method, now);
+        self.timers.set(Timer::BackgroundRevise, None);
+        self.arm_background(now);
+    }
+
+    /// Starts sampling and revising while some site has a background application,
+    /// and stops once none has.
+    pub(super) fn arm_background(&mut self, now: Instant) {
+        if !self.pacing.has_background() {
+            self.timers.set(Timer::BackgroundSample, None);
+            self.timers.set(Timer::BackgroundRevise, None);
+            return;
+        }
+        if self.timers.get(Timer::BackgroundRevise).is_none() {
+            for site in &mut self.sites {
+                site.background_queue = QueueSamples::default();
+            }
+            self.revised_at = now;
+            self.timers.set(
+                Timer::BackgroundRevise,
+                Some(now + self.background.interval),
+            );
+            self.timers.set(Timer::BackgroundSample, Some(now));
+        }
+    }
+
+    /// Samples every site's lane queue.
+    pub(super) fn sample_background(&mut self, now: Instant) {
+        for site in self.sites.iter_mut().filter(|s| s.served) {
+            site.background_queue.add(lanes_queue(&site.lanes, now));
+        }
+        self.timers
+            .set(Timer::BackgroundSample, Some(now + QUEUE_SAMPLE));
+    }
+
+    /// Ends a control interval: each site's background applications get their new
+    /// rates.
+    pub(super) fn revise_background(&mut self, now: Instant) {
+        let elapsed = now.saturating_since(self.revised_at);
+        self.revised_at = now;
+        for (i, site) in self.sites.iter_mut().enumerate() {
+            let queue = site.background_queue.take();
+            // Other threads' sites have no applications here: nothing to revise.
+            if site.served {
+                self.pacing
+                    .revise_background(SiteIdx(i as u32), queue, elapsed, now);
+            }
+        }
+        self.timers.set(
+            Timer::BackgroundRevise,
+            Some(now + self.background.interval),
+        );
+        self.arm_background(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::lane::LaneId;
+
+    fn lane(id: u32, min_srtt: u64, srtt: u64, cwnd: u64, fill: u64) -> LaneView {
+        LaneView {
+            min_srtt: Duration::from_millis(min_srtt),
+            srtt: Duration::from_millis(srtt),
+            cwnd,
+            fill,
+            last_sent: Instant::from_nanos(1_000_000_000),
+            ..LaneView::new(LaneId(id), Colour::Blue)
+        }
+    }
+
+    #[test]
+    fn a_site_with_room_shows_no_queue_and_a_full_one_its_lanes_queue() {
+        let now = Instant::from_nanos(1_000_000_000);
+        // Two lanes at their path delays, nothing queued: no queue.
+        let idle = [lane(0, 20, 20, 100_000, 0), lane(1, 40, 40, 100_000, 0)];
+        assert_eq!(lanes_queue(&idle, now), Duration::ZERO);
+        // The short lane queues 10 ms, up to the long one's delay, inside braid, as AFMT
+        // means it to: still no queue.
+        let striped = [
+            lane(0, 20, 20, 100_000, 50_000),
+            lane(1, 40, 40, 100_000, 0),
+        ];
+        assert_eq!(lanes_queue(&striped, now), Duration::ZERO);
+        // Both 8 ms over their path delay at the bottleneck: 8 ms.
+        let full = [lane(0, 20, 28, 100_000, 0), lane(1, 40, 48, 100_000, 0)];
+        let q = lanes_queue(&full, now);
+        assert!((7..=8).contains(&q.as_millis()), "{q:?}");
+        // A lane that is down does not count.
+        let mut down = full;
+        down[1].up = false;
+        down[0].srtt = Duration::from_millis(20);
+        assert_eq!(lanes_queue(&down, now), Duration::ZERO);
+    }
+}
