@@ -97,7 +97,7 @@ fn benches(c: &mut Criterion) {
                 for round in 0..2 {
                     for n in 0..APPS {
                         let t = Instant::from_nanos((round * APPS + n) as u64);
-                        match pacing.enqueue(site, AppIdx(n as u32 + 1), 1, 1000, t) {
+                        match pacing.enqueue(site, AppIdx(n as u32 + 1), false, 1, 1000, t) {
                             Enqueued::Dropped(_) => panic!("the queues hold 16 KiB"),
                             Enqueued::Now(_) | Enqueued::Queued => {}
                         }

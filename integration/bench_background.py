@@ -7,7 +7,8 @@ Three uplinks of 16, 32 and 50 Mbit/s with one-way delays of 10, 20 and 30 ms (t
 steady uplinks of bench_afmt.py), one site. All traffic is downloads (server to
 client), which the exit paces. The application under test is a bulk TCP download
 (CUBIC, port 5301 of the server: `remote_ports` at the exit) run in four modes,
-one testbed (fresh gateways, fresh table) each, side by side in one invocation:
+one testbed (fresh gateways) each, side by side in one invocation; the mode's table
+is put again, as a new version, before each scenario:
 
   background     the application's class is `background`: the exit sets its rate,
                  searching for the spare capacity (binary search, the default)
@@ -106,6 +107,15 @@ def bulk_table(mode, fixed_kbps):
     else:
         return None
     return {"version": int(time.time() * 1000), "apps": [app]}
+
+
+def put_table(mode, token, fixed_kbps):
+    """Puts the mode's table (a new version) to the exit, if it has one."""
+    table = bulk_table(mode, fixed_kbps)
+    if table:
+        status, body, _ = admin(NAME, "ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table).encode())
+        if status != 200:
+            raise RuntimeError(f"{mode}: the exit refused the table ({status}): {body}")
 
 
 def prioritise_gateways(nice):
@@ -298,19 +308,15 @@ def run_mode(mode, a, braid, linkemu, report):
             print(f"capacity ({CAPACITY_FLOWS} unpaced downloads) ...", flush=True)
             report["capacity"] = capacity(a.warmup, a.seconds)
             time.sleep(2)
-        table = bulk_table(mode, a.fixed_kbps)
-        if table:
-            status, body, _ = admin(NAME, "ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table).encode())
-            if status != 200:
-                raise RuntimeError(f"{mode}: the exit refused the table ({status}): {body}")
-        row = {"mode": mode, "table": table}
-        if "foreground" in a.scenarios:
-            print(f"{mode}: foreground ...", flush=True)
-            row["foreground"] = foreground(token, a.warmup, a.seconds)
+        row = {"mode": mode, "table": bulk_table(mode, a.fixed_kbps)}
+        for scenario in a.scenarios:
+            print(f"{mode}: {scenario} ...", flush=True)
+            put_table(mode, token, a.fixed_kbps)
+            if scenario == "foreground":
+                row["foreground"] = foreground(token, a.warmup, a.seconds)
+            else:
+                row["onoff"] = onoff(token, a.onoff_seconds)
             time.sleep(2)
-        if "onoff" in a.scenarios:
-            print(f"{mode}: onoff ...", flush=True)
-            row["onoff"] = onoff(token, a.onoff_seconds)
         return row
     finally:
         sh("bash", TESTBED, "down", NAME, env=env, check=False)

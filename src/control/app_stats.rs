@@ -56,6 +56,11 @@ pub struct AppReport {
     /// And the site's lanes' queue it last measured, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background_queue_ms: Option<f64>,
+    /// Flows of an application with a deadline that met it and that missed it.
+    #[serde(default)]
+    pub deadlines_met: u64,
+    #[serde(default)]
+    pub deadlines_missed: u64,
 }
 
 /// One application's metrics and where its counters stood.
@@ -178,6 +183,10 @@ impl AppStats {
                     .inc_by(now.duplicate_bytes.saturating_sub(was.duplicate_bytes));
                 m.over_budget
                     .inc_by(now.over_budget.saturating_sub(was.over_budget));
+                m.deadlines_met
+                    .inc_by(now.deadlines_met.saturating_sub(was.deadlines_met));
+                m.deadlines_missed
+                    .inc_by(now.deadlines_missed.saturating_sub(was.deadlines_missed));
                 c.exported = now;
                 let queue = engine.pacing().queued_bytes(site, app);
                 c.paced
@@ -237,6 +246,8 @@ impl AppStats {
                     duplicates_dropped: counts.duplicates_dropped,
                     background_spare_bps: background.map(|b| b.spare_bps),
                     background_queue_ms: background.map(|b| b.queue.as_secs_f64() * 1e3),
+                    deadlines_met: counts.deadlines_met,
+                    deadlines_missed: counts.deadlines_missed,
                 });
             }
             reports.push(SiteReport {

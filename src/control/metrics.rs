@@ -76,6 +76,8 @@ pub struct Metrics {
     app_over_budget: IntCounterVec,
     app_duplicates_dropped: IntCounterVec,
     app_background_spare: IntGaugeVec,
+    app_deadlines_met: IntCounterVec,
+    app_deadlines_missed: IntCounterVec,
     lanes_up: AtomicI64,
 }
 
@@ -92,6 +94,8 @@ pub struct AppMetrics {
     pub over_budget: IntCounter,
     pub duplicates_dropped: IntCounter,
     pub background_spare_bps: IntGauge,
+    pub deadlines_met: IntCounter,
+    pub deadlines_missed: IntCounter,
 }
 
 /// The metric children of one lane (site, uplink, colour). A lane that reconnects
@@ -446,6 +450,14 @@ impl Metrics {
                 "The spare capacity a background application's search estimates (its rate is app_rate_target_bps)",
                 &APP_LABELS,
             )?,
+            app_deadlines_met: app_counter(
+                "app_deadlines_met_total",
+                "Flows of the application that carried their deadline's bytes (or ended) in time",
+            )?,
+            app_deadlines_missed: app_counter(
+                "app_deadlines_missed_total",
+                "Flows of the application whose deadline passed before they carried its bytes",
+            )?,
             lanes_up: AtomicI64::new(0),
             registry,
         })
@@ -505,6 +517,8 @@ impl Metrics {
             over_budget: self.app_over_budget.with_label_values(&l),
             duplicates_dropped: self.app_duplicates_dropped.with_label_values(&l),
             background_spare_bps: self.app_background_spare.with_label_values(&l),
+            deadlines_met: self.app_deadlines_met.with_label_values(&l),
+            deadlines_missed: self.app_deadlines_missed.with_label_values(&l),
         }
     }
 
@@ -522,6 +536,8 @@ impl Metrics {
         let _ = self.app_over_budget.remove_label_values(&l);
         let _ = self.app_duplicates_dropped.remove_label_values(&l);
         let _ = self.app_background_spare.remove_label_values(&l);
+        let _ = self.app_deadlines_met.remove_label_values(&l);
+        let _ = self.app_deadlines_missed.remove_label_values(&l);
     }
 
     /// The reordering counter of a site.

@@ -293,6 +293,13 @@ pub fn table(status: &Status) -> String {
                     a.background_queue_ms.unwrap_or_default()
                 ));
             }
+            if a.deadlines_met + a.deadlines_missed > 0 {
+                out.push_str(&format!(
+                    "    deadlines met {}, missed {}\n",
+                    compact(a.deadlines_met),
+                    compact(a.deadlines_missed)
+                ));
+            }
             if a.duplicate_packets + a.duplicates_over_budget + a.duplicates_dropped > 0 {
                 out.push_str(&format!(
                     "    copies sent {} ({} kB), over budget {}, received twice {}\n",
@@ -398,6 +405,8 @@ mod tests {
                     duplicates_dropped: 4990,
                     background_spare_bps: Some(31_400_000),
                     background_queue_ms: Some(0.42),
+                    deadlines_met: 41,
+                    deadlines_missed: 3,
                 }],
             }],
         }
@@ -431,6 +440,10 @@ mod tests {
             text.contains(
                 "\n    background: spare capacity estimated 31.4 Mb/s, lanes' queue 0.4 ms\n"
             ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n    deadlines met 41, missed 3\n"),
             "{text}"
         );
         assert!(text.contains("dropped: queue_full 3\n"), "{text}");

@@ -10,13 +10,14 @@
 
 use std::time::Duration;
 
-use super::background::{Interval, Method, SpareSearch};
+use super::background::{Interval, MIN_RATE_BPS, Method, SpareSearch};
 use super::classify::Classifier;
+use super::deadline::{Deadlines, Due, Review, Standing};
 use super::flow::FlowTable;
 use super::hash::FixedMap;
 use super::pacer::{Enqueued, PaceSpec, Pacer, SlotId};
 use super::pacing_table::{AppIdx, AppSpec, Direction, PacingTable};
-use super::packet::{FlowKey, PacketInfo};
+use super::packet::{Data, FlowKey, PacketInfo};
 use super::site::SiteIdx;
 use super::time::Instant;
 
@@ -26,6 +27,10 @@ use super::time::Instant;
 pub fn default_queue_limit(rate_bps: u64) -> u64 {
     (rate_bps / 8 / 10).max(16 * 1024)
 }
+
+/// The least queue of an application's decelerated flows (see
+/// [`AppPacing::review_deadlines`]).
+const DECELERATED_QUEUE: u64 = 64 * 1024;
 
 /// What an application carried and lost, counted once, after the data path's verdict.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,6 +54,10 @@ pub struct AppCounters {
     /// Packets received in the other direction that arrived before, as a copy or
     /// as the original behind its copy, and were dropped.
     pub duplicates_dropped: u64,
+    /// Flows of an application with a `deadline` that carried their bytes (or
+    /// ended) in time, and those whose deadline passed first.
+    pub deadlines_met: u64,
+    pub deadlines_missed: u64,
 }
 
 /// Where a background application's search stands.
@@ -88,6 +97,17 @@ struct SiteApps {
     /// What the site's foreground applications had carried at the last revision of
     /// the background's rates.
     foreground_at: u64,
+    /// The flows of the site's applications with a `deadline`, and each such
+    /// application's queue for its decelerated flows (by `AppIdx`).
+    deadlines: Deadlines,
+    decelerated: Vec<Option<SlotId>>,
+    /// What the site's applications without deadlines or background carried, as of
+    /// the last review of the deadlines, and their rate since (bit/s, smoothed).
+    others_at: u64,
+    others_bps: f64,
+    /// While flows with deadlines run: the most the background applications may
+    /// have between them (what the deadlines leave), in bit/s.
+    background_cap: Option<u64>,
 }
 
 /// A background application's search, what it had carried at the last revision, and
@@ -157,6 +177,14 @@ impl<T> AppPacing<T> {
         }
     }
 
+    fn new_deadlines(&self, site: SiteIdx) -> Deadlines {
+        Deadlines::new(
+            self.flow_idle_timeout,
+            self.max_flows,
+            u64::from(site.0).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        )
+    }
+
     /// Adds a site (the next `SiteIdx`) with an empty table.
     pub fn add_site(&mut self) {
         let site = SiteIdx(self.sites.len() as u32);
@@ -171,6 +199,11 @@ impl<T> AppPacing<T> {
             counters: vec![AppCounters::default()],
             searches: vec![None],
             foreground_at: 0,
+            deadlines: self.new_deadlines(site),
+            decelerated: vec![None],
+            others_at: 0,
+            others_bps: 0.0,
+            background_cap: None,
         });
     }
 
@@ -193,6 +226,100 @@ impl<T> AppPacing<T> {
             }
             self.respec_background(SiteIdx(s as u32), now);
         }
+    }
+
+    /// The pacing of an application's decelerated flows at `rate_bps`: a queue of
+    /// at least [`DECELERATED_QUEUE`], as a slow rate's 100 ms would drop a TCP
+    /// flow's first window and hold it in timeouts long after it is let go.
+    fn decelerated_spec(&self, rate_bps: u64) -> PaceSpec {
+        PaceSpec {
+            rate_bps,
+            burst_bytes: 0,
+            queue_limit_bytes: default_queue_limit(rate_bps).max(DECELERATED_QUEUE),
+        }
+    }
+
+    /// The flows of `app` have a deadline: how long they have, and for what.
+    pub fn due(&self, site: SiteIdx, app: AppIdx) -> Option<Due> {
+        self.sites[site.0 as usize]
+            .table
+            .app(app)
+            .and_then(|a| a.deadline.as_ref())
+            .map(Due::of)
+    }
+
+    /// Takes a packet of a flow of `app`, whose flows are `due`, carrying `data`;
+    /// counts the flow met or missed once it
+    /// carried its bytes or ended. Returns whether the flow is decelerated, and
+    /// whether it is new (a review of the site's deadlines is due).
+    pub fn carry_deadline(
+        &mut self,
+        site: SiteIdx,
+        app: AppIdx,
+        due: Due,
+        flow: FlowKey,
+        data: Data,
+        now: Instant,
+    ) -> (bool, bool) {
+        let s = &mut self.sites[site.0 as usize];
+        let counters = &mut s.counters;
+        s.deadlines
+            .carry(flow, app, due, data, now, |app, standing| {
+                count_standing(counters, app, standing)
+            })
+    }
+
+    /// Reviews the site's flows with deadlines, for lanes that carry `lanes_bps` and
+    /// `elapsed` after the last review: what the site's other foreground
+    /// applications carry is not theirs. Paces each application's decelerated flows
+    /// at an even part of what the kept ones leave.
+    pub fn review_deadlines(
+        &mut self,
+        site: SiteIdx,
+        lanes_bps: f64,
+        elapsed: Duration,
+        now: Instant,
+    ) -> Review {
+        let s = &mut self.sites[site.0 as usize];
+        let others: u64 = s
+            .counters
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| s.searches[*i].is_none() && s.decelerated[*i].is_none())
+            .map(|(_, c)| c.paced_bytes)
+            .sum();
+        if !elapsed.is_zero() {
+            let bps = others.saturating_sub(s.others_at) as f64 * 8.0 / elapsed.as_secs_f64();
+            // Smoothed over a few reviews: one review sees a burst or a pause.
+            s.others_bps += (bps - s.others_bps) / 4.0;
+        }
+        s.others_at = others;
+        let capacity = (lanes_bps - s.others_bps).max(0.0);
+        let counters = &mut s.counters;
+        let review = s.deadlines.review(capacity, now, |app, standing| {
+            count_standing(counters, app, standing)
+        });
+        let queues = s.decelerated.iter().flatten().count().max(1);
+        let rate = ((review.leftover_bps / queues as f64) as u64).max(MIN_RATE_BPS);
+        // Deadlines come before the background: it gets what the kept flows leave
+        // only while none is decelerated, and otherwise its least.
+        let left = if review.decelerated > 0 {
+            0
+        } else {
+            review.leftover_bps as u64
+        };
+        s.background_cap = (review.running > 0).then_some(left);
+        let spec = self.decelerated_spec(rate);
+        for slot in self.sites[site.0 as usize].decelerated.iter().flatten() {
+            self.pacer.set(*slot, spec, now);
+        }
+        self.respec_background(site, now);
+        review
+    }
+
+    /// Whether some site has flows with deadlines (its reviews are due).
+    pub fn has_deadline_flows(&self) -> bool {
+        self.sites.iter().any(|s| !s.deadlines.is_empty())
     }
 
     /// Sites with a background application.
@@ -242,12 +369,16 @@ impl<T> AppPacing<T> {
     }
 
     /// Gives the pacer queues of `site`'s background applications their searches'
-    /// rates.
+    /// rates, within what flows with deadlines leave them.
     fn respec_background(&mut self, site: SiteIdx, now: Instant) {
         let s = &self.sites[site.0 as usize];
+        let apps = s.searches.iter().flatten().count().max(1) as u64;
         for (i, b) in s.searches.iter().enumerate() {
             if b.is_some() {
-                let spec = self.spec(s.table.app(AppIdx(i as u32)), b.as_ref());
+                let mut spec = self.spec(s.table.app(AppIdx(i as u32)), b.as_ref());
+                if let Some(cap) = s.background_cap {
+                    spec.rate_bps = spec.rate_bps.min((cap / apps).max(MIN_RATE_BPS));
+                }
                 self.pacer.set(s.slots[i], spec, now);
             }
         }
@@ -332,7 +463,15 @@ impl<T> AppPacing<T> {
                 .map(|k| k.as_ref().map(|k| k.1).unwrap_or_default()),
         );
         let mut gone: Vec<SlotId> = old_apps.into_values().map(|(slot, ..)| slot).collect();
+        // The queues of decelerated flows go too (their packets were accepted: they
+        // are sent on at once); the new table's deadlines start afresh.
+        gone.extend(
+            std::mem::take(&mut self.sites[site.0 as usize].decelerated)
+                .into_iter()
+                .flatten(),
+        );
         gone.sort();
+        let old = &self.sites[site.0 as usize];
         let default = old.slots[0];
         for slot in gone {
             self.pacer.remove(slot, &mut unpaced);
@@ -385,7 +524,19 @@ impl<T> AppPacing<T> {
             slots.push(slot);
             searches.push(search);
         }
+        let decelerated: Vec<Option<SlotId>> = std::iter::once(None)
+            .chain(table.apps.iter().enumerate().map(|(i, app)| {
+                app.deadline.is_some().then(|| {
+                    let slot = self.pacer.add(self.decelerated_spec(MIN_RATE_BPS));
+                    self.own(slot, site, AppIdx(i as u32 + 1));
+                    slot
+                })
+            }))
+            .collect();
+        let deadlines = self.new_deadlines(site);
         let s = &mut self.sites[site.0 as usize];
+        s.decelerated = decelerated;
+        s.deadlines = deadlines;
         s.classifier = Classifier::new(&table);
         s.cache = FlowTable::new(self.flow_idle_timeout, self.max_flows);
         s.flows = vec![0; table.apps.len() + 1];
@@ -426,6 +577,7 @@ impl<T> AppPacing<T> {
         for s in &mut self.sites {
             let flows = &mut s.flows;
             s.cache.expire(now, |gone| uncount(flows, gone));
+            s.deadlines.expire(now);
         }
     }
 
@@ -476,18 +628,24 @@ impl<T> AppPacing<T> {
         self.sites[site.0 as usize].counters[app.0 as usize]
     }
 
-    /// Offers a packet of an application to its queue; a packet the full queue
-    /// refuses is counted as the application's drop.
+    /// Offers a packet of an application to its queue, or, for a decelerated flow
+    /// of an application with a deadline, to its queue for those; a packet the full
+    /// queue refuses is counted as the application's drop.
     pub fn enqueue(
         &mut self,
         site: SiteIdx,
         app: AppIdx,
+        decelerated: bool,
         item: T,
         len: usize,
         now: Instant,
     ) -> Enqueued<T> {
         let s = &mut self.sites[site.0 as usize];
-        let enqueued = self.pacer.enqueue(s.slots[app.0 as usize], item, len, now);
+        let slot = match s.decelerated[app.0 as usize] {
+            Some(slot) if decelerated => slot,
+            _ => s.slots[app.0 as usize],
+        };
+        let enqueued = self.pacer.enqueue(slot, item, len, now);
         if matches!(enqueued, Enqueued::Dropped(_)) {
             s.counters[app.0 as usize].drops += 1;
         }
@@ -529,6 +687,16 @@ impl<T> AppPacing<T> {
     /// Flows of an application in the paced direction seen within the flow timeout.
     pub fn flows(&self, site: SiteIdx, app: AppIdx) -> u64 {
         self.sites[site.0 as usize].flows[app.0 as usize]
+    }
+}
+
+/// Counts a flow with a deadline that was met or missed.
+fn count_standing(counters: &mut [AppCounters], app: AppIdx, standing: Standing) {
+    let c = &mut counters[app.0 as usize];
+    match standing {
+        Standing::Met => c.deadlines_met += 1,
+        Standing::Missed => c.deadlines_missed += 1,
+        Standing::Running => {}
     }
 }
 
@@ -640,7 +808,7 @@ mod tests {
             for conn in 0..6 {
                 let pkt = info("198.18.1.2", 40000 + conn, "203.0.113.1", 443);
                 let app = p.classify(site, &pkt, Direction::Up, Instant::ZERO);
-                match p.enqueue(site, app, u32::from(round), 1000, Instant::ZERO) {
+                match p.enqueue(site, app, false, u32::from(round), 1000, Instant::ZERO) {
                     Enqueued::Now(_) => now_sent += 1,
                     Enqueued::Queued => {}
                     Enqueued::Dropped(_) => panic!("the default queue holds 100 ms at 8 Mbit/s"),
@@ -670,7 +838,14 @@ mod tests {
             let pkt = info("198.18.1.2", 5, "203.0.113.1", port);
             assert_eq!(p.classify(site, &pkt, Direction::Up, Instant::ZERO), app);
             for i in 0..3 {
-                p.enqueue(site, app, u32::from(port) * 10 + i, 1000, Instant::ZERO);
+                p.enqueue(
+                    site,
+                    app,
+                    false,
+                    u32::from(port) * 10 + i,
+                    1000,
+                    Instant::ZERO,
+                );
             }
         }
         assert_eq!(p.queued_bytes(site, AppIdx(1)), 2000);

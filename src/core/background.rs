@@ -12,24 +12,26 @@
 //!
 //! Two searches, as in the paper:
 //! - binary search keeps an interval `[low, high]` around the spare capacity and
-//!   grants its middle; an interval beyond the spare lowers `high`, one within it
-//!   raises `low` (to what the application carried). Without a `high` yet, it doubles
-//!   (an unbounded binary search). To follow a spare that changes, a converged search
-//!   probes above `high`, further each time it finds room, and a `low` that turns out
-//!   beyond the spare is halved;
-//! - stochastic approximation (Robbins-Monro with a constant gain, in the logarithm
-//!   of the rate) moves the rate each interval by a step proportional to how far the
-//!   queue was from [`BEYOND_QUEUE`], once the first interval beyond it was seen
-//!   (until then it doubles, as the binary search does).
+//!   grants its middle; an interval beyond the spare lowers `high` and grants `low`
+//!   at once, one within it raises `low` (to what the application carried). Without
+//!   a `high` yet, it doubles (an unbounded binary search). To follow a spare that
+//!   changes, a converged search holds `low` a few intervals, then probes above it,
+//!   further after each probe that finds room; a `low` that turns out beyond the
+//!   spare (the foreground came back) is halved, or quartered under a long queue;
+//! - stochastic approximation (Robbins-Monro in the logarithm of the rate, with
+//!   Kesten's gain) moves the rate each interval by a step proportional to how far
+//!   the queue was from [`BEYOND_QUEUE`], once the first interval beyond it was seen
+//!   (until then it doubles, as the binary search does); a long queue halves it.
 //!
 //! Both use two things braid knows beyond BaTS. The foreground's demand: when the
-//! site's other applications carry more than in the interval before, the spare fell
-//! by as much, and the background gives it up at once instead of waiting for the
-//! queue (so it yields within one interval when foreground traffic returns); when
-//! they carry less, the spare grew, and the background takes half of it at once
-//! instead of searching up from where it yielded. And the application's own use: a
-//! rate it did not use says nothing of the spare, so the search grants at most twice
-//! what it carried.
+//! site's other applications carry much less than in the interval before, the spare
+//! grew by as much, and the background takes half of it at once instead of searching
+//! up from where it yielded (beside on/off traffic the search would spend the off
+//! periods climbing). And the application's own use: a rate it did not use says
+//! nothing of the spare, so the search grants at most twice what it carried.
+//! A rise of the foreground is left to the queue: what the foreground carries tells
+//! nothing of the room it had, so a rule that gave way by the rise knocked the
+//! background down to nothing beside a foreground whose rate merely wandered.
 
 use std::time::Duration;
 
@@ -59,13 +61,14 @@ const SAME_SIGN: u32 = 3;
 /// The stochastic approximation's gain: the most the rate moves in an interval is a
 /// quarter of it, down or up.
 const GAIN: f64 = 0.25;
-/// A rise of the foreground's rate smaller than this fraction of what the site
-/// carried is noise (a TCP flow's rate wanders), not demand returning.
-const NOISE: u64 = 20;
-/// Nor is a rise smaller than this fraction of the background's rate worth giving way
-/// to before the queue shows it: a connection's acknowledgements and handshakes
-/// beside a background transfer that is only starting are no foreground.
-const SMALL_RISE: u64 = 4;
+/// A fall of the foreground's rate smaller than this fraction of what the site
+/// carried is noise (a TCP flow's rate wanders), not the foreground leaving.
+const NOISE: u64 = 10;
+/// Nor is one smaller than this fraction of the background's own rate worth a jump.
+const SMALL_FALL: u64 = 4;
+/// A queue this many times [`BEYOND_QUEUE`] is no probe that went a little too far:
+/// the foreground came back, and the background gives up more at once.
+const SEVERE: u32 = 8;
 /// The application used its rate if it carried at least this fraction of it.
 const USED: f64 = 0.85;
 
@@ -120,10 +123,10 @@ pub struct SpareSearch {
     /// What the foreground and the application carried in the interval before.
     foreground_bps: Option<u64>,
     carried_bps: u64,
-    /// The interval before was beyond the spare.
-    beyond: bool,
-    /// Intervals the converged binary search still holds `low` before it probes.
+    /// Intervals the converged binary search still holds `low` before it probes,
+    /// and whether the rate granted now is a probe.
     hold: u32,
+    probing: bool,
     /// The stochastic approximation's sign changes of its error, lately (Kesten's
     /// rule: its gain is [`GAIN`] over one more than this).
     sign_changes: u32,
@@ -145,8 +148,8 @@ impl SpareSearch {
             probe_divisor: FIRST_PROBE,
             foreground_bps: None,
             carried_bps: 0,
-            beyond: false,
             hold: 0,
+            probing: false,
             sign_changes: 0,
             room: true,
             same_sign: 0,
@@ -183,7 +186,6 @@ impl SpareSearch {
         let beyond = seen.queue > BEYOND_QUEUE;
         let previous_foreground = self.foreground_bps.replace(seen.foreground_bps);
         let previous_carried = std::mem::replace(&mut self.carried_bps, seen.carried_bps);
-        let was_beyond = std::mem::replace(&mut self.beyond, beyond);
         if seen.carried_bps == 0 && !beyond {
             // The application sent nothing: the interval says nothing of the spare.
             return self.rate_bps;
@@ -206,29 +208,14 @@ impl SpareSearch {
             // A rate the application did not use says nothing of the spare.
             next = next.min(seen.carried_bps.saturating_mul(2).max(self.rate_bps));
         }
-        // The foreground came back: the spare fell by as much as it took. (Once the
-        // background yields, the foreground grows into the room it left, which is no
-        // new demand.)
-        let rise =
-            previous_foreground.map_or(0, |before| seen.foreground_bps.saturating_sub(before));
-        let site = seen.foreground_bps.saturating_add(seen.carried_bps);
-        if !was_beyond && rise > site / NOISE && rise > self.rate_bps / SMALL_RISE {
-            next = next.min(self.rate_bps.saturating_sub(rise));
-            if beyond {
-                // What it carried understates what the foreground wants: the queue
-                // held it back too.
-                next = next.min(self.rate_bps / 2);
-            }
-            self.low_bps = self.low_bps.min(next);
-            self.sign_changes = 0;
-        }
         // The foreground left: the spare grew by as much as it gave up. Half of it at
         // once, and the search goes on from there. (Unless the background took what
         // the foreground lost: then the background pushed it out.)
         let fall =
             previous_foreground.map_or(0, |before| before.saturating_sub(seen.foreground_bps));
         let taken = seen.carried_bps.saturating_sub(previous_carried);
-        if !beyond && fall > site / NOISE && fall > self.rate_bps / SMALL_RISE && taken < fall / 2 {
+        let site = seen.foreground_bps.saturating_add(seen.carried_bps);
+        if !beyond && fall > site / NOISE && fall > self.rate_bps / SMALL_FALL && taken < fall / 2 {
             let raised = self.rate_bps.saturating_add(fall);
             next = next.max(self.rate_bps.saturating_add(fall / 2));
             self.high_bps = Some(self.high_bps.map_or(raised, |h| h.max(raised)));
@@ -247,12 +234,21 @@ impl SpareSearch {
     /// finds room.
     fn binary_search(&mut self, seen: Interval, beyond: bool) -> u64 {
         let rate = self.rate_bps;
+        let probed = std::mem::replace(&mut self.probing, false);
         if beyond {
-            if rate <= self.low_bps {
-                // Even `low` is beyond the spare now: the spare fell below it.
-                self.low_bps /= 2;
+            if !probed && rate <= self.low_bps {
+                // Even `low` is beyond the spare now: the spare fell below it (the
+                // foreground came back), by much if the queue is long.
+                self.low_bps /= if seen.queue >= BEYOND_QUEUE * SEVERE {
+                    4
+                } else {
+                    2
+                };
+                // The spare most likely lies within twice that: searched there first.
+                self.high_bps = Some(self.low_bps.saturating_mul(2).max(MIN_RATE_BPS));
+            } else {
+                self.high_bps = Some(rate);
             }
-            self.high_bps = Some(rate);
             self.probe_divisor = FIRST_PROBE;
             self.hold = HOLD;
             return self.low_bps;
@@ -272,6 +268,7 @@ impl SpareSearch {
             .saturating_add(self.low_bps / self.probe_divisor);
         self.probe_divisor = (self.probe_divisor / 2).max(1);
         self.high_bps = Some(high.max(probe));
+        self.probing = true;
         probe
     }
 
@@ -287,6 +284,12 @@ impl SpareSearch {
         } else {
             ((target - queue) / (4.0 * target)).max(-1.0)
         };
+        if seen.queue >= BEYOND_QUEUE * SEVERE {
+            // The foreground came back: half at once, and the gain anew.
+            self.sign_changes = 0;
+            self.room = false;
+            return self.rate_bps / 2;
+        }
         let used = seen.carried_bps as f64 >= USED * self.rate_bps as f64;
         if error > 0.0 && !used {
             // Below the spare but unused: no reason to grant more.
@@ -388,7 +391,9 @@ mod tests {
     fn settled(rates: &[u64], n: usize, spare: u64) -> (f64, usize) {
         let tail = &rates[rates.len() - n..];
         let used: u64 = tail.iter().map(|&r| r.min(spare)).sum();
-        let beyond = tail.iter().filter(|&&r| r > spare).count();
+        // Within 2 % of the spare the link's queue stays under the search's
+        // threshold: the search cannot tell it from the spare.
+        let beyond = tail.iter().filter(|&&r| r > spare + spare / 50).count();
         (used as f64 / (spare * n as u64) as f64, beyond)
     }
 
@@ -430,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn both_yield_within_one_interval_when_the_foreground_returns_and_find_the_new_spare() {
+    fn both_yield_within_two_intervals_when_the_foreground_returns_and_find_the_new_spare() {
         for method in [Method::BinarySearch, Method::StochasticApproximation] {
             let mut search = SpareSearch::new(method, 0);
             run(&mut search, 30, 100 * MBPS, 20 * MBPS);
@@ -439,15 +444,12 @@ mod tests {
                 "{method:?}: {}",
                 search.rate_bps()
             );
-            // The foreground rises from 20 to 70 Mbit/s: the interval that shows it
-            // at least halves the background, and the next brings it within the new
-            // spare of 30 (to within 1 Mbit/s).
+            // The foreground rises from 20 to 70 Mbit/s: within two intervals that
+            // show it (the first may show a probe beyond the old spare, which goes
+            // back to the old one) the background is within the new spare of 30
+            // (to within the 2 % the search cannot tell from it).
             let before = search.rate_bps();
-            let rates = run(&mut search, 3, 100 * MBPS, 70 * MBPS);
-            assert!(
-                rates[0] <= before / 2,
-                "{method:?}: {before} then {rates:?}"
-            );
+            let rates = run(&mut search, 2, 100 * MBPS, 70 * MBPS);
             assert!(rates[1] <= 31 * MBPS, "{method:?}: {before} then {rates:?}");
             let rates = run(&mut search, 30, 100 * MBPS, 70 * MBPS);
             let (used, _) = settled(&rates, 20, 30 * MBPS);

@@ -111,6 +111,11 @@ impl<V: Copy> FlowTable<V> {
         self.map.get_mut(&flow).map(|e| &mut e.value)
     }
 
+    /// Every flow's value, to change in place (not counting as a use).
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.map.iter_mut().map(|(_, e)| &mut e.value)
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }

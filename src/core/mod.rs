@@ -9,6 +9,7 @@ pub mod app_pacing;
 pub mod aqm;
 pub mod background;
 pub mod classify;
+pub mod deadline;
 pub mod dsd;
 pub mod duplicate_budget;
 pub mod engine;

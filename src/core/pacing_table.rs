@@ -120,7 +120,24 @@ pub struct AppSpec {
     /// (`core/background.rs`); its `rate_*_kbps`, where given, cap it.
     #[serde(default, skip_serializing_if = "AppClass::is_foreground")]
     pub class: AppClass,
+    /// Each flow of the application is worth something only if it carries `bytes`
+    /// within `ms` of its first packet (`core/deadline.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineSpec>,
 }
+
+/// An application's `deadline`: per flow, `ms` from its first packet to carry its
+/// `bytes` of data (absent: the flow counts as done when it ends, TCP's FIN or RST).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadlineSpec {
+    pub ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// The longest deadline a table may give: a day.
+pub const MAX_DEADLINE_MS: u64 = 86_400_000;
 
 /// What an application wants from the network beyond a rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -366,6 +383,23 @@ impl PacingTable {
                 return Err(refuse(at("match.dscp"), "a DSCP is 0 to 63"));
             }
             validate_steering(app, &at)?;
+            if let Some(d) = app.deadline {
+                if app.is_background() {
+                    return Err(refuse(
+                        at("deadline"),
+                        "a background application gets only spare capacity; it cannot promise a deadline",
+                    ));
+                }
+                if !(1..=MAX_DEADLINE_MS).contains(&d.ms) {
+                    return Err(refuse(
+                        at("deadline.ms"),
+                        format!("must be 1 to {MAX_DEADLINE_MS} (a day)"),
+                    ));
+                }
+                if d.bytes == Some(0) {
+                    return Err(refuse(at("deadline.bytes"), "must be at least 1"));
+                }
+            }
             if app.is_background() && app.duplicate {
                 return Err(refuse(
                     at("duplicate"),
@@ -635,6 +669,47 @@ mod tests {
                 r#"{"version": 1, "apps": [{"name": "a", "class": "background", "duplicate": true}]}"#
             ),
             "apps[0].duplicate: a background application gets only spare capacity; copies of its packets would take more"
+        );
+    }
+
+    #[test]
+    fn a_deadline_gives_time_and_bytes_per_flow_and_is_checked() {
+        let t = PacingTable::parse(
+            br#"{"version": 1, "apps": [{"name": "reports", "deadline": {"ms": 600, "bytes": 250000}},
+                                        {"name": "queries", "deadline": {"ms": 50}}]}"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            t.apps[0].deadline,
+            Some(DeadlineSpec {
+                ms: 600,
+                bytes: Some(250_000)
+            })
+        );
+        assert_eq!(t.apps[1].deadline.and_then(|d| d.bytes), None);
+        let again = serde_json::to_vec(&t).expect("serialise");
+        assert_eq!(PacingTable::parse(&again).expect("valid"), t);
+        let app =
+            |fields: &str| format!(r#"{{"version": 1, "apps": [{{"name": "a", {fields}}}]}}"#);
+        assert_eq!(
+            error(&app(r#""deadline": {"ms": 0}"#)),
+            "apps[0].deadline.ms: must be 1 to 86400000 (a day)"
+        );
+        assert_eq!(
+            error(&app(r#""deadline": {"ms": 10, "bytes": 0}"#)),
+            "apps[0].deadline.bytes: must be at least 1"
+        );
+        assert_eq!(
+            error(&app(r#""class": "background", "deadline": {"ms": 10}"#)),
+            "apps[0].deadline: a background application gets only spare capacity; it cannot promise a deadline"
+        );
+        refused_with(
+            &app(r#""deadline": {"bytes": 10}"#),
+            "apps[0].deadline: missing field `ms`",
+        );
+        refused_with(
+            &app(r#""deadline": {"ms": 10, "by": 3}"#),
+            "apps[0].deadline.by: unknown field `by`",
         );
     }
 

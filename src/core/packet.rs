@@ -15,6 +15,7 @@ use etherparse::{IpNumber, IpSlice, LenSource};
 /// IP protocol numbers braid looks at.
 pub const PROTO_ICMP: u8 = 1;
 pub const PROTO_TCP: u8 = 6;
+pub const PROTO_UDP: u8 = 17;
 pub const PROTO_ICMPV6: u8 = 58;
 
 /// Identity of a flow: a hash of (src, dst, proto, src port, dst port), or of
@@ -49,6 +50,18 @@ pub struct PacketInfo {
     transport_offset: Option<usize>,
     /// The flow, hashed once at parsing: classifier, scheduler and reordering share it.
     flow: FlowKey,
+}
+
+/// What a packet carries for its application ([`PacketInfo::data`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Data {
+    /// Bytes of data.
+    pub len: usize,
+    /// It ends its flow: a TCP FIN or RST.
+    pub ends: bool,
+    /// For TCP, the sequence number after its data: a retransmission does not
+    /// carry the flow further.
+    pub seq_end: Option<u32>,
 }
 
 /// Fixed seed so that flow keys, and everything derived from them, are reproducible.
@@ -121,6 +134,34 @@ impl PacketInfo {
     /// The flow this packet belongs to.
     pub fn flow_key(&self) -> FlowKey {
         self.flow
+    }
+
+    /// The application data `buf` (the packet this info was parsed from) carries:
+    /// the transport's payload for TCP and UDP, the IP payload for the rest.
+    pub fn data(&self, buf: &[u8]) -> Data {
+        const FIN_OR_RST: u8 = 0x05;
+        const SYN: u8 = 0x02;
+        let Some(off) = self.transport_offset else {
+            return Data {
+                len: self.len,
+                ends: false,
+                seq_end: None,
+            };
+        };
+        let l4 = buf.get(off..).unwrap_or_default();
+        let (len, ends, seq_end) = match self.proto {
+            PROTO_TCP if l4.len() >= 20 => {
+                let header = usize::from(l4[12] >> 4) * 4;
+                let len = l4.len().saturating_sub(header);
+                let seq = u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]);
+                let syn = u32::from(l4[13] & SYN != 0);
+                let end = seq.wrapping_add(syn).wrapping_add(len as u32);
+                (len, l4[13] & FIN_OR_RST != 0, Some(end))
+            }
+            PROTO_UDP => (l4.len().saturating_sub(8), false, None),
+            _ => (l4.len(), false, None),
+        };
+        Data { len, ends, seq_end }
     }
 
     /// For a TCP SYN in `buf` (the packet this info was parsed from) with an MSS
@@ -408,6 +449,35 @@ pub(crate) mod tests {
             }
             assert_eq!(checksum_add(0xfeed, slice), reference, "{len} bytes");
         }
+    }
+
+    #[test]
+    fn data_is_the_transports_payload_and_a_fin_ends_the_flow() {
+        let tcp = tcp_v4("198.18.1.2", 40000, "203.0.113.1", 443);
+        let info = PacketInfo::parse(&tcp).expect("tcp");
+        let data = info.data(&tcp);
+        assert_eq!((data.len, data.ends, data.seq_end), (100, false, Some(101)));
+        let fin = {
+            let builder = PacketBuilder::ipv4(v4("203.0.113.1"), v4("198.18.1.2"), 64)
+                .tcp(443, 40000, 1, 65535)
+                .fin();
+            let mut out = Vec::new();
+            builder.write(&mut out, &[0; 10]).expect("write to vec");
+            out
+        };
+        let info = PacketInfo::parse(&fin).expect("tcp");
+        let data = info.data(&fin);
+        assert_eq!((data.len, data.ends), (10, true));
+        let udp = udp_v6(300);
+        let info = PacketInfo::parse(&udp).expect("udp");
+        assert_eq!(
+            info.data(&udp),
+            Data {
+                len: 300,
+                ends: false,
+                seq_end: None
+            }
+        );
     }
 
     #[test]

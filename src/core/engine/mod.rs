@@ -37,6 +37,7 @@
 mod background;
 mod config;
 mod counters;
+mod deadlines;
 mod duplicate;
 mod forward;
 mod lanes;
@@ -196,6 +197,8 @@ pub struct DataPath {
     /// current control interval began.
     background: BackgroundSettings,
     revised_at: Instant,
+    /// When flows with deadlines were last reviewed.
+    deadlines_reviewed_at: Instant,
     reply: [u8; MAX_REPLY_LEN],
 }
 
@@ -262,6 +265,7 @@ impl DataPath {
             released: Vec::new(),
             background: config.background,
             revised_at: Instant::ZERO,
+            deadlines_reviewed_at: Instant::ZERO,
             reply: [0; MAX_REPLY_LEN],
         }
     }
@@ -298,10 +302,18 @@ impl DataPath {
         self.flows_touched(now);
         let direction = self.pacing.direction();
         let app = self.pacing.classify(site, &info, direction, now);
-        match self
-            .pacing
-            .enqueue(site, app, Packet { info, datagram }, info.len, now)
-        {
+        let decelerated = match self.pacing.due(site, app) {
+            Some(due) => self.carry_deadline(site, app, due, &info, &datagram, now),
+            None => false,
+        };
+        match self.pacing.enqueue(
+            site,
+            app,
+            decelerated,
+            Packet { info, datagram },
+            info.len,
+            now,
+        ) {
             Enqueued::Now(packet) => self.forward(site, app, packet, now),
             Enqueued::Queued => {}
             Enqueued::Dropped(_) => self.count_drop(DropReason::QueueFull),
@@ -729,6 +741,9 @@ impl DataPath {
         }
         if self.timers.is_due(Timer::BackgroundRevise, now) {
             self.revise_background(now);
+        }
+        if self.timers.is_due(Timer::DeadlineReview, now) {
+            self.review_deadlines(now);
         }
     }
 

@@ -21,6 +21,8 @@ pub(super) enum Timer {
     /// queues, and the end of the control interval (`background.rs`).
     BackgroundSample,
     BackgroundRevise,
+    /// While a site has flows with deadlines: their next review (`deadlines.rs`).
+    DeadlineReview,
     /// The pacer's next release. The pacer keeps it; filled in when polled.
     PacingRelease,
     /// Lanes are sampled at least every `IDLE_SAMPLE_INTERVAL`, from when they were
