@@ -179,7 +179,7 @@ def sample_apps(token, stop, t0, into):
         status, body, _ = admin(NAME, "ex", "GET", "/v1/sites/site1/apps", token)
         apps = {}
         if status == 200:
-            apps = {a["name"]: {k: a.get(k) for k in ("target_bps", "rate_down_bps", "queue_bytes", "drops")}
+            apps = {a["name"]: {k: a.get(k) for k in ("target_bps", "rate_down_bps", "queue_bytes", "drops", "background_spare_bps", "background_queue_ms")}
                     for a in json.loads(body).get("apps", [])}
         into.append([round(time.monotonic() - t0, 2), apps, lane_state(metrics_text(NAME, "ex"))])
 

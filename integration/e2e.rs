@@ -2387,3 +2387,50 @@ fn a_background_application_takes_the_spare_capacity_and_gives_it_up_to_the_fore
     tb.wait(bulk, Duration::from_secs(12));
     tb.wait(bulk_server, Duration::from_secs(5));
 }
+
+#[test]
+fn flows_with_deadlines_are_counted_met_and_missed_as_the_gateway_passes_their_bytes() {
+    // One uplink of 20 Mbit/s. An upload of 500 kB due within 3 s is met; one of
+    // 5 MB due within 100 ms cannot be. The entry, which paces uploads, counts both.
+    let mut tb = Testbed::up("e2edl", &[("RATES", "20")]);
+    tb.start();
+    put_table_by_cli(
+        &tb,
+        r#"{"version": 1, "apps": [
+            {"name": "report", "match": {"proto": "tcp", "remote_ports": "7001"},
+             "deadline": {"ms": 3000, "bytes": 500000}},
+            {"name": "hopeless", "match": {"proto": "tcp", "remote_ports": "7002"},
+             "deadline": {"ms": 100, "bytes": 5000000}}]}"#,
+    );
+    let blob = tb.blob();
+    for (port, bytes) in [("7001", "500000"), ("7002", "5000000")] {
+        let sink = tb.spawn(
+            "sv",
+            &["python3", &blob, "sink", port],
+            Ready::Says("ready"),
+        );
+        tb.ok("cl", &["python3", &blob, "push", SERVER_V4, port, bytes]);
+        tb.wait(sink, Duration::from_secs(10));
+    }
+    let counted = |app: &str, standing: &str| {
+        tb.metric(
+            "en",
+            &format!(
+                "braid_app_deadlines_{standing}_total{{app=\"{app}\",direction=\"up\",site=\"site1\"}}"
+            ),
+        )
+    };
+    let expected = || {
+        counted("report", "met") == 1.0
+            && counted("report", "missed") == 0.0
+            && counted("hopeless", "met") == 0.0
+            && counted("hopeless", "missed") == 1.0
+    };
+    assert!(
+        eventually(Duration::from_secs(3), expected),
+        "{}",
+        tb.metrics("en")
+    );
+    entry_status_shows(&tb, "    deadlines met 1, missed 0\n");
+    entry_status_shows(&tb, "    deadlines met 0, missed 1\n");
+}

@@ -36,10 +36,10 @@
 use std::time::Duration;
 
 /// A control interval whose lanes' queue averaged more than this (beyond what AFMT
-/// means them to hold) was beyond the spare capacity. The lanes' congestion
-/// controllers keep a full uplink's queue at 5 to 15 ms (`core/lane_cc/`): a third of
-/// the least of that tells a full site from one with room.
-pub const BEYOND_QUEUE: Duration = Duration::from_micros(1500);
+/// means them to hold) was beyond the spare capacity. A full site's lanes keep their
+/// queues at CoDel's target, 5 ms or more (`core/aqm.rs`): half the least of that
+/// tells a full site from one with room.
+pub const BEYOND_QUEUE: Duration = Duration::from_millis(4);
 /// The least rate a background application is granted: enough to keep its
 /// connections alive (a TCP flow held at nothing times out), too little to matter.
 pub const MIN_RATE_BPS: u64 = 64_000;
@@ -357,8 +357,9 @@ mod tests {
 
     /// A bottleneck of `capacity` shared first-come first-served by a foreground
     /// that wants `foreground` and a background that sends all it is granted: what a
-    /// control interval shows. Past the capacity the queue grows by the excess (10 ms
-    /// per 10 % over), and each gets its share of the capacity.
+    /// control interval shows. Past the capacity the queue grows by the excess (40 ms
+    /// per 10 % over, so that the search's threshold is 1 % over), and each gets its
+    /// share of the capacity.
     fn link(capacity: u64, foreground: u64, granted: u64) -> Interval {
         let offered = foreground + granted;
         if offered <= capacity {
@@ -372,7 +373,7 @@ mod tests {
         Interval {
             carried_bps: (granted as f64 * capacity as f64 / offered as f64) as u64,
             foreground_bps: (foreground as f64 * capacity as f64 / offered as f64) as u64,
-            queue: Duration::from_secs_f64(excess / 10.0),
+            queue: Duration::from_secs_f64(excess / 2.5),
         }
     }
 
@@ -392,7 +393,8 @@ mod tests {
         let tail = &rates[rates.len() - n..];
         let used: u64 = tail.iter().map(|&r| r.min(spare)).sum();
         // Within 2 % of the spare the link's queue stays under the search's
-        // threshold: the search cannot tell it from the spare.
+        // threshold (1 % of the capacity over it): it cannot tell that from the
+        // spare.
         let beyond = tail.iter().filter(|&&r| r > spare + spare / 50).count();
         (used as f64 / (spare * n as u64) as f64, beyond)
     }

@@ -38,11 +38,16 @@ impl QueueSamples {
 }
 
 /// The queue of a site's lanes that are up beyond what AFMT means them to hold,
-/// weighted by each lane's rate (its window per round trip): at the uplink's
-/// bottleneck ([`LaneView::bottleneck_queue`]), and inside braid beyond the longest
-/// lane's delay of the colour ([`LaneView::wait_beyond`]). A site with room on any
-/// lane shows little: AFMT sends there.
-pub(super) fn lanes_queue(lanes: &[LaneView], now: Instant) -> Duration {
+/// weighted by each lane's rate (its window per round trip): what a packet handed to
+/// a lane now waits inside braid for the lane's window beyond the longest lane's
+/// delay of the colour ([`LaneView::wait_beyond`]). A site with room on any lane
+/// shows little: AFMT sends there. A full one shows its lanes' CoDel target (5 ms or
+/// more): their windows are full, and the queue stands in braid. The queue at the
+/// uplinks' bottlenecks is left out: the lanes' congestion controllers hold it near
+/// their target whether the site is full or not (AFMT fills a short lane until its
+/// packets arrive as late as the longest lane's), and beside half a site's capacity
+/// of foreground it read 3 to 4 ms with the longest lane idle.
+pub(super) fn lanes_queue(lanes: &[LaneView]) -> Duration {
     let (mut weighted, mut weights) = (0.0, 0.0);
     for colour in [Colour::Green, Colour::Blue] {
         let group = &lanes[lanes_of(lanes, colour)];
@@ -50,7 +55,7 @@ pub(super) fn lanes_queue(lanes: &[LaneView], now: Instant) -> Duration {
         for v in group.iter().filter(|v| v.up) {
             let srtt = v.srtt.max(Duration::from_micros(100));
             let rate = v.cwnd as f64 / srtt.as_secs_f64();
-            let queue = v.bottleneck_queue(now) + v.wait_beyond(v.drain_time(0, v.srtt), longest);
+            let queue = v.wait_beyond(v.drain_time(0, v.srtt), longest);
             weighted += rate * queue.as_secs_f64();
             weights += rate;
         }
@@ -95,7 +100,7 @@ impl DataPath {
     /// Samples every site's lane queue.
     pub(super) fn sample_background(&mut self, now: Instant) {
         for site in self.sites.iter_mut().filter(|s| s.served) {
-            site.background_queue.add(lanes_queue(&site.lanes, now));
+            site.background_queue.add(lanes_queue(&site.lanes));
         }
         self.timers
             .set(Timer::BackgroundSample, Some(now + QUEUE_SAMPLE));
@@ -140,25 +145,34 @@ mod tests {
 
     #[test]
     fn a_site_with_room_shows_no_queue_and_a_full_one_its_lanes_queue() {
-        let now = Instant::from_nanos(1_000_000_000);
         // Two lanes at their path delays, nothing queued: no queue.
         let idle = [lane(0, 20, 20, 100_000, 0), lane(1, 40, 40, 100_000, 0)];
-        assert_eq!(lanes_queue(&idle, now), Duration::ZERO);
+        assert_eq!(lanes_queue(&idle), Duration::ZERO);
         // The short lane queues 10 ms, up to the long one's delay, inside braid, as AFMT
         // means it to: still no queue.
         let striped = [
             lane(0, 20, 20, 100_000, 50_000),
             lane(1, 40, 40, 100_000, 0),
         ];
-        assert_eq!(lanes_queue(&striped, now), Duration::ZERO);
-        // Both 8 ms over their path delay at the bottleneck: 8 ms.
-        let full = [lane(0, 20, 28, 100_000, 0), lane(1, 40, 48, 100_000, 0)];
-        let q = lanes_queue(&full, now);
-        assert!((7..=8).contains(&q.as_millis()), "{q:?}");
-        // A lane that is down does not count.
+        assert_eq!(lanes_queue(&striped), Duration::ZERO);
+        // A short lane 8 ms over its path delay at the bottleneck, the long one
+        // idle: room (the lanes' controllers keep such queues whether the site is
+        // full or not).
+        let short = [lane(0, 20, 28, 100_000, 0), lane(1, 40, 40, 100_000, 0)];
+        assert_eq!(lanes_queue(&short), Duration::ZERO);
+        // Both windows full and more queued in braid: the short lane's packets wait
+        // 20 ms (100 kB at 100 kB per 20 ms), 10 more than AFMT means; the long
+        // one's 10 ms (25 kB at 100 kB per 40 ms): 10 ms.
+        let full = [
+            lane(0, 20, 20, 100_000, 100_000),
+            lane(1, 40, 40, 100_000, 25_000),
+        ];
+        let q = lanes_queue(&full);
+        assert!((9900..=10100).contains(&q.as_micros()), "{q:?}");
+        // A lane that is down does not count: the short lane alone waits 20 ms
+        // beyond its own path delay.
         let mut down = full;
         down[1].up = false;
-        down[0].srtt = Duration::from_millis(20);
-        assert_eq!(lanes_queue(&down, now), Duration::ZERO);
+        assert_eq!(lanes_queue(&down), Duration::from_millis(20));
     }
 }
