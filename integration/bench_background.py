@@ -66,11 +66,10 @@ import tempfile
 import threading
 import time
 
-from benchlib import admin, admin_token, inns, metric_sum, metrics_text, sh
+from benchlib import admin, admin_token, inns, metric_sum, metrics_text, prioritise_gateways, sh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
-STATE = os.environ.get("STATE_DIR", "/tmp/braid-testbed")
 SERVER = "198.18.100.2"
 NAME = "bbg"
 RATES = [16, 32, 50]
@@ -116,15 +115,6 @@ def put_table(mode, token, fixed_kbps):
         status, body, _ = admin(NAME, "ex", "PUT", "/v1/sites/site1/pacing", token, json.dumps(table).encode())
         if status != 200:
             raise RuntimeError(f"{mode}: the exit refused the table ({status}): {body}")
-
-
-def prioritise_gateways(nice):
-    """Gives both gateways (every thread) CPU priority over the traffic generators."""
-    for gateway in ("exit", "site1"):
-        with open(os.path.join(STATE, NAME, f"{gateway}.pid")) as f:
-            pid = f.read().strip()
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
 def server(port):
@@ -301,7 +291,7 @@ def run_mode(mode, a, braid, linkemu, report):
     try:
         sh("bash", TESTBED, "start", NAME, env=env)
         if a.gateway_nice:
-            prioritise_gateways(a.gateway_nice)
+            prioritise_gateways(NAME, a.gateway_nice)
         token = admin_token(NAME)
         time.sleep(1)
         if report.get("capacity") is None:

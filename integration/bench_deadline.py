@@ -81,11 +81,10 @@ import tempfile
 import threading
 import time
 
-from benchlib import admin, admin_token, inns, metrics_text, sh, tcp_counters
+from benchlib import admin, admin_token, inns, metrics_text, prioritise_gateways, sh, tcp_counters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
-STATE = os.environ.get("STATE_DIR", "/tmp/braid-testbed")
 SERVER = "198.18.100.2"
 NAME = "bdl"
 RATES = [20]
@@ -303,15 +302,6 @@ def feasible(capacity_mbps, offset_ms):
     return len(kept)
 
 
-def prioritise_gateways(nice):
-    """Gives both gateways (every thread) CPU priority over the traffic generators."""
-    for gateway in ("exit", "site1"):
-        with open(os.path.join(STATE, NAME, f"{gateway}.pid")) as f:
-            pid = f.read().strip()
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
-
-
 def server_tcp():
     """The server's TCP segments retransmitted and retransmission timeouts so far."""
     snmp = [line.split() for line in sh(*inns(NAME, "sv", "cat", "/proc/net/snmp")).splitlines()
@@ -378,7 +368,7 @@ def run(a, braid, linkemu):
     try:
         sh("bash", TESTBED, "start", NAME, env=env)
         if a.gateway_nice:
-            prioritise_gateways(a.gateway_nice)
+            prioritise_gateways(NAME, a.gateway_nice)
         token = admin_token(NAME)
         # Every mode's table once, up front: a build that refuses one stops here.
         for mode in a.modes:

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import admin, admin_token, inns, metric_sum, metrics_text, sh
+from benchlib import admin, admin_token, inns, metric_sum, metrics_text, prioritise_gateways, sh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
@@ -491,16 +491,6 @@ def mix(sizes, token, budget_kbps):
     return {"idle": idle, "runs": rows}
 
 
-def prioritise_gateways(nice):
-    """Gives both gateways (every thread) CPU priority over the traffic generators,
-    which on a real network run on other machines."""
-    for gateway in ("exit", "site1"):
-        with open(f"/tmp/braid-testbed/{NAME}/{gateway}.pid") as f:
-            pid = f.read().strip()
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
-
-
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "_receive":
         return receive(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
@@ -533,7 +523,7 @@ def main():
         try:
             sh("bash", TESTBED, "start", NAME, env=env)
             if a.gateway_nice:
-                prioritise_gateways(a.gateway_nice)
+                prioritise_gateways(NAME, a.gateway_nice)
             run(admin_token(NAME))
         finally:
             sh("bash", TESTBED, "down", NAME, env=env, check=False)
