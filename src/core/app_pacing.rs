@@ -110,11 +110,13 @@ struct SiteApps {
     background_cap: Option<u64>,
 }
 
-/// A background application's search, what it had carried at the last revision, and
-/// the lanes' queue its last interval showed.
+/// A background application's search, what it had carried and how many of its
+/// packets its full queue had refused at the last revision, and the lanes' queue its
+/// last interval showed.
 struct Background {
     search: SpareSearch,
     carried_at: u64,
+    drops_at: u64,
     queue: Duration,
 }
 
@@ -123,6 +125,7 @@ impl Background {
         Background {
             search: SpareSearch::new(method, app.rate_bps(direction)),
             carried_at,
+            drops_at: 0,
             queue: Duration::ZERO,
         }
     }
@@ -357,9 +360,12 @@ impl<T> AppPacing<T> {
             if let Some(b) = b {
                 let carried_bps = bps(c.paced_bytes.saturating_sub(b.carried_at));
                 b.carried_at = c.paced_bytes;
+                let held_back = c.drops > b.drops_at;
+                b.drops_at = c.drops;
                 b.queue = queue;
                 b.search.step(Interval {
                     carried_bps,
+                    held_back,
                     foreground_bps,
                     queue,
                 });

@@ -100,6 +100,10 @@ impl Method {
 pub struct Interval {
     /// What the background application carried.
     pub carried_bps: u64,
+    /// Its queue was full at times: it wanted more than it was granted, whatever it
+    /// carried (a TCP flow held by a rate carries less than the rate, as each drop
+    /// halves its window).
+    pub held_back: bool,
     /// What the site's other applications carried.
     pub foreground_bps: u64,
     /// The site's lanes' queue beyond what AFMT means them to hold, averaged over
@@ -204,7 +208,7 @@ impl SpareSearch {
                 self.approximate(seen)
             }
         };
-        if !beyond && (seen.carried_bps as f64) < USED * self.rate_bps as f64 {
+        if !beyond && !seen.held_back && (seen.carried_bps as f64) < USED * self.rate_bps as f64 {
             // A rate the application did not use says nothing of the spare.
             next = next.min(seen.carried_bps.saturating_mul(2).max(self.rate_bps));
         }
@@ -290,7 +294,7 @@ impl SpareSearch {
             self.room = false;
             return self.rate_bps / 2;
         }
-        let used = seen.carried_bps as f64 >= USED * self.rate_bps as f64;
+        let used = seen.held_back || seen.carried_bps as f64 >= USED * self.rate_bps as f64;
         if error > 0.0 && !used {
             // Below the spare but unused: no reason to grant more.
             return self.rate_bps;
@@ -365,6 +369,7 @@ mod tests {
         if offered <= capacity {
             return Interval {
                 carried_bps: granted,
+                held_back: true,
                 foreground_bps: foreground,
                 queue: Duration::ZERO,
             };
@@ -372,6 +377,7 @@ mod tests {
         let excess = (offered - capacity) as f64 / capacity as f64;
         Interval {
             carried_bps: (granted as f64 * capacity as f64 / offered as f64) as u64,
+            held_back: true,
             foreground_bps: (foreground as f64 * capacity as f64 / offered as f64) as u64,
             queue: Duration::from_secs_f64(excess / 2.5),
         }
@@ -491,11 +497,25 @@ mod tests {
             let granted = search.rate_bps();
             search.step(Interval {
                 carried_bps: granted.min(3 * MBPS),
+                held_back: false,
                 foreground_bps: 0,
                 queue: Duration::ZERO,
             });
         }
         assert!(search.rate_bps() <= 6 * MBPS, "{}", search.rate_bps());
+        // A TCP flow held by its rate carries less than it (each drop at its full
+        // queue halves its window), yet wants more: its rate grows.
+        let mut search = SpareSearch::new(Method::BinarySearch, 0);
+        for _ in 0..8 {
+            let granted = search.rate_bps();
+            search.step(Interval {
+                carried_bps: granted * 7 / 10,
+                held_back: true,
+                foreground_bps: 0,
+                queue: Duration::ZERO,
+            });
+        }
+        assert_eq!(search.rate_bps(), 256 * START_RATE_BPS);
     }
 
     #[test]
