@@ -28,7 +28,8 @@
 //! grew by as much, and the background takes half of it at once instead of searching
 //! up from where it yielded (beside on/off traffic the search would spend the off
 //! periods climbing). And the application's own use: a rate it did not use says
-//! nothing of the spare, so the search grants at most twice what it carried.
+//! nothing of the spare, so the search grants at most twice what it carried, unless
+//! its queue overflowed (then it wanted more).
 //! A rise of the foreground is left to the queue: what the foreground carries tells
 //! nothing of the room it had, so a rule that gave way by the rise knocked the
 //! background down to nothing beside a foreground whose rate merely wandered.
