@@ -541,4 +541,45 @@ mod tests {
         let review = d.review(3.5e6, Instant::ZERO, |_, _| ());
         assert_eq!(review.decelerated, 0);
     }
+
+    #[test]
+    fn a_flow_without_bytes_is_never_decelerated_and_is_done_when_it_ends() {
+        let mut d = Deadlines::new(Duration::from_secs(10), 10, 5);
+        let due = Due {
+            within: Duration::from_secs(1),
+            bytes: None,
+        };
+        let mut outcomes = Vec::new();
+        let t = |ms: u64| Instant::from_nanos(ms * 1_000_000);
+        for k in 1..=3 {
+            d.carry(
+                FlowKey(k),
+                AppIdx(1),
+                due,
+                data(1_000_000, false),
+                t(0),
+                |a, s| outcomes.push((a, s)),
+            );
+        }
+        // Whatever the capacity, their need is not known: none is decelerated.
+        let review = d.review(1.0, t(10), |a, s| outcomes.push((a, s)));
+        assert_eq!((review.running, review.decelerated), (3, 0));
+        d.carry(
+            FlowKey(1),
+            AppIdx(1),
+            due,
+            data(10, true),
+            t(500),
+            |a, s| outcomes.push((a, s)),
+        );
+        d.review(1.0, t(1001), |a, s| outcomes.push((a, s)));
+        assert_eq!(
+            outcomes,
+            [
+                (AppIdx(1), Standing::Met),
+                (AppIdx(1), Standing::Missed),
+                (AppIdx(1), Standing::Missed)
+            ]
+        );
+    }
 }
