@@ -121,11 +121,17 @@ struct Background {
 }
 
 impl Background {
-    fn new(method: Method, app: &AppSpec, direction: Direction, carried_at: u64) -> Background {
+    /// A fresh search for `app`, whose counters stand at `counters`.
+    fn new(
+        method: Method,
+        app: &AppSpec,
+        direction: Direction,
+        counters: &AppCounters,
+    ) -> Background {
         Background {
             search: SpareSearch::new(method, app.rate_bps(direction)),
-            carried_at,
-            drops_at: 0,
+            carried_at: counters.paced_bytes,
+            drops_at: counters.drops,
             queue: Duration::ZERO,
         }
     }
@@ -222,9 +228,9 @@ impl<T> AppPacing<T> {
             let site = &mut self.sites[s];
             for (i, app) in site.table.apps.iter().enumerate() {
                 if app.is_background() {
-                    let carried = site.counters[i + 1].paced_bytes;
+                    let counters = &site.counters[i + 1];
                     site.searches[i + 1] =
-                        Some(Background::new(method, app, self.direction, carried));
+                        Some(Background::new(method, app, self.direction, counters));
                 }
             }
             self.respec_background(SiteIdx(s as u32), now);
@@ -252,9 +258,9 @@ impl<T> AppPacing<T> {
     }
 
     /// Takes a packet of a flow of `app`, whose flows are `due`, carrying `data`;
-    /// counts the flow met or missed once it
-    /// carried its bytes or ended. Returns whether the flow is decelerated, and
-    /// whether it is new (a review of the site's deadlines is due).
+    /// counts the flow met or missed once it carried its bytes or ended. Returns
+    /// whether the flow is decelerated, and whether it is new (a review of the
+    /// site's deadlines is due).
     pub fn carry_deadline(
         &mut self,
         site: SiteIdx,
@@ -503,19 +509,16 @@ impl<T> AppPacing<T> {
                         )
                         .or_else(|| {
                             app.is_background().then(|| {
-                                Background::new(
-                                    self.background_method,
-                                    app,
-                                    self.direction,
-                                    c.paced_bytes,
-                                )
+                                Background::new(self.background_method, app, self.direction, &c)
                             })
                         }),
                 ),
                 None => (
                     None,
-                    app.is_background()
-                        .then(|| Background::new(self.background_method, app, self.direction, 0)),
+                    app.is_background().then(|| {
+                        let fresh = AppCounters::default();
+                        Background::new(self.background_method, app, self.direction, &fresh)
+                    }),
                 ),
             };
             let spec = self.spec(Some(app), search.as_ref());
