@@ -66,7 +66,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import admin, admin_token, inns, metric_sum, metrics_text, prioritise_gateways, sh
+from benchlib import admin, admin_token, inns, metric_sum, metrics_text, prioritise_gateways, sh, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
@@ -397,10 +397,7 @@ def main():
     for mode in a.modes:
         report["modes"].append(run_mode(mode, a, braid, linkemu, report))
     print_report(report, a)
-    path = os.path.join(out, "background.json")
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"\nraw numbers: {path}")
+    write_report(out, "background.json", report)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import admin, admin_token, inns, metrics_text, prioritise_gateways, sh, tcp_counters
+from benchlib import admin, admin_token, inns, metrics_text, prioritise_gateways, sh, tcp_counters, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.join(HERE, "testbed.sh")
@@ -556,10 +556,7 @@ def main():
               "capacity": cap, "summary": summary,
               "ratio": ratio if ratio is None or ratio < float("inf") else None, "target_ratio": TARGET_RATIO, "rows": rows,
               "bulk_samples": samples}
-    path = os.path.join(out, "deadline.json")
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"\nraw numbers: {path}")
+    write_report(out, "deadline.json", report)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """What the benchmark scripts share: running commands, in a testbed's namespaces, and
 reading a gateway's metrics there."""
+import json
 import os
 import subprocess
 
@@ -70,3 +71,11 @@ def prioritise_gateways(testbed, nice):
             pid = f.read().strip()
         for tid in os.listdir(f"/proc/{pid}/task"):
             os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+
+
+def write_report(out, name, report):
+    """Writes a benchmark's raw numbers as `out/name` (JSON) and says where."""
+    path = os.path.join(out, name)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"\nraw numbers: {path}")
