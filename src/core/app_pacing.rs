@@ -389,7 +389,13 @@ impl<T> AppPacing<T> {
             if b.is_some() {
                 let mut spec = self.spec(s.table.app(AppIdx(i as u32)), b.as_ref());
                 if let Some(cap) = s.background_cap {
-                    spec.rate_bps = spec.rate_bps.min((cap / apps).max(MIN_RATE_BPS));
+                    let cap = (cap / apps).max(MIN_RATE_BPS);
+                    // 0 is not held: the cap holds it.
+                    spec.rate_bps = if spec.rate_bps == 0 {
+                        cap
+                    } else {
+                        spec.rate_bps.min(cap)
+                    };
                 }
                 self.pacer.set(s.slots[i], spec, now);
             }
@@ -893,36 +899,37 @@ mod tests {
 
     #[test]
     fn a_background_applications_rate_follows_its_search_and_survives_a_new_table() {
-        use crate::core::background::START_RATE_BPS;
         let site = SiteIdx(0);
         let json = |version: u32, class: &str| {
             format!(
                 r#"{{"version": {version}, "apps": [{{"name": "bulk", "match": {{"remote_ports": "873"}}, "class": "{class}", "rate_up_kbps": 50000}}]}}"#
             )
         };
+        let ceiling = 50_000_000;
         let mut p = with_table(site, &json(1, "background"));
         let bulk = AppIdx(1);
         assert!(p.has_background());
-        assert_eq!(p.target_bps(site, bulk), START_RATE_BPS);
+        // Its search starts at its table rate, the most it may have.
+        assert_eq!(p.target_bps(site, bulk), ceiling);
         let second = Duration::from_secs(1);
-        // It used all of its 1 Mbit/s in a second without a queue: it doubles.
+        // It used 1 Mbit/s in a second without a queue: nothing held it.
         p.count_carried(site, bulk, Direction::Up, 125_000);
         p.revise_background(site, Duration::ZERO, second, Instant::ZERO);
-        assert_eq!(p.target_bps(site, bulk), 2 * START_RATE_BPS);
         assert_eq!(
             p.background(site, bulk),
             Some(BackgroundState {
-                rate_bps: 2 * START_RATE_BPS,
-                spare_bps: START_RATE_BPS,
+                rate_bps: ceiling,
+                spare_bps: 1_000_000,
                 queue: Duration::ZERO
             })
         );
-        // The foreground (default) came back and the lanes queued: it yields.
+        // The foreground (default) came and the lanes queued while it carried
+        // 2 Mbit/s: it yields, to half of that.
         p.count_carried(site, bulk, Direction::Up, 250_000);
         p.count_carried(site, AppIdx::DEFAULT, Direction::Up, 10_000_000);
         p.revise_background(site, Duration::from_millis(20), second, Instant::ZERO);
-        assert!(p.target_bps(site, bulk) < 2 * START_RATE_BPS);
         let yielded = p.target_bps(site, bulk);
+        assert_eq!(yielded, 1_000_000);
         // A new version of the table keeps the search; the application's counters
         // and rate go on.
         p.apply(site, table(&json(2, "background")), Instant::ZERO, |_| ());
@@ -932,16 +939,18 @@ mod tests {
         assert_eq!(p.target_bps(site, bulk), 50_000_000);
         assert_eq!(p.background(site, bulk), None);
         assert!(!p.has_background());
-        // Back to background: a fresh search, from the start rate.
+        // Back to background: a fresh search, from its table rate.
         p.apply(site, table(&json(4, "background")), Instant::ZERO, |_| ());
-        assert_eq!(p.target_bps(site, bulk), START_RATE_BPS);
+        assert_eq!(p.target_bps(site, bulk), ceiling);
         // Another method starts the search anew as well.
-        p.count_carried(site, bulk, Direction::Up, 125_000);
-        p.revise_background(site, Duration::ZERO, second, Instant::ZERO);
+        p.count_carried(site, bulk, Direction::Up, 250_000);
+        p.count_carried(site, AppIdx::DEFAULT, Direction::Up, 10_000_000);
+        p.revise_background(site, Duration::from_millis(20), second, Instant::ZERO);
+        assert_eq!(p.target_bps(site, bulk), 1_000_000);
         p.set_background_method(
             crate::core::background::Method::StochasticApproximation,
             Instant::ZERO,
         );
-        assert_eq!(p.target_bps(site, bulk), START_RATE_BPS);
+        assert_eq!(p.target_bps(site, bulk), ceiling);
     }
 }
