@@ -7,12 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
-/// Crates the core may use: pure data structures, parsing and (in tests) property
-/// testing.
-const ALLOWED_CRATES: [&str; 9] = [
+/// Crates the core may use: pure data structures, parsing, a linear programming
+/// solver and (in tests) property testing.
+const ALLOWED_CRATES: [&str; 10] = [
     "bytes",
     "etherparse",
     "foldhash",
+    "good_lp",
     "hashlink",
     "ipnet",
     "proptest",

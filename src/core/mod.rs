@@ -5,6 +5,7 @@
 //! hash map; time comes in as [`time::Instant`] arguments. `src/core_purity.rs`
 //! enforces the boundary on every file below this one.
 
+pub mod allocation;
 pub mod app_pacing;
 pub mod aqm;
 pub mod background;
