@@ -12,9 +12,12 @@
 //!
 //! Applications are routed to any uplink unless a cell on one uplink alone is cheaper
 //! or holds a delay no other route can, and the traffic routed to any uplink is split
-//! in proportion to each uplink's capacity left.
+//! as AFMT spreads it, the least delay first.
 
 use super::cells::{self, Cell, Group};
+
+/// Bisection steps of the split's delay: a nanosecond's precision over a second.
+const SPLIT_STEPS: u32 = 30;
 use super::{Allocation, Problem, Route, Violation};
 
 /// Solves `problem` by water-filling and greedy upgrades.
@@ -83,31 +86,43 @@ impl<'a> State<'a> {
         }
     }
 
-    /// Each uplink's share of the traffic routed to any uplink, in proportion to the
-    /// capacity it has left; `None` if the loads do not fit.
+    /// Each uplink's share of the traffic routed to any uplink, as AFMT spreads it:
+    /// the least delay first, so that the longest delay of the uplinks it uses is as
+    /// short as it can be; `None` if the loads do not fit.
     fn split(&self) -> Option<Vec<f64>> {
-        let left: Vec<f64> = self
-            .problem
-            .uplinks
+        let uplinks = &self.problem.uplinks;
+        let room = |delay_ms: f64| -> Vec<f64> {
+            uplinks
+                .iter()
+                .zip(&self.only_kbps)
+                .map(|(u, &only)| (u.delay.load_within(delay_ms) * u.capacity_kbps - only).max(0.0))
+                .collect()
+        };
+        let longest = uplinks.iter().map(|u| u.delay.most()).fold(0.0, f64::max);
+        let full = room(longest);
+        let over = uplinks
             .iter()
             .zip(&self.only_kbps)
-            .map(|(u, &only)| u.capacity_kbps - only)
-            .collect();
-        let room: f64 = left.iter().sum();
-        if left.iter().any(|&l| l < -1e-6) || self.any_kbps > room + 1e-6 {
+            .any(|(u, &only)| only > u.capacity_kbps + 1e-6);
+        if over || self.any_kbps > full.iter().sum::<f64>() + 1e-6 {
             return None;
         }
-        Some(
-            left.iter()
-                .map(|&l| {
-                    if room > 0.0 {
-                        self.any_kbps * l / room
-                    } else {
-                        0.0
-                    }
-                })
-                .collect(),
-        )
+        if self.any_kbps <= 0.0 {
+            return Some(vec![0.0; uplinks.len()]);
+        }
+        // The least delay under which the uplinks have room for it all.
+        let (mut lo, mut hi) = (0.0, longest);
+        for _ in 0..SPLIT_STEPS {
+            let mid = (lo + hi) / 2.0;
+            if room(mid).iter().sum::<f64>() >= self.any_kbps {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        let shares = room(hi);
+        let total: f64 = shares.iter().sum();
+        Some(shares.iter().map(|s| self.any_kbps * s / total).collect())
     }
 
     /// Each uplink's delay under the state's loads, if they fit.
@@ -137,18 +152,27 @@ impl<'a> State<'a> {
     /// Gives every application the cheapest cell at or above `level` that still
     /// holds, one application at a time; whether all of them found one.
     fn fill(&mut self, level: f64) -> bool {
-        for (g, group) in self.groups.iter().enumerate() {
-            let mut choices: Vec<usize> = (0..self.cells.len())
-                .filter(|&c| self.cells[c].group == g && self.cells[c].utility >= level - 1e-9)
-                .collect();
-            // Cheapest first; any uplink before one alone at the same rate.
-            choices.sort_by(|&a, &b| {
-                let (a, b) = (&self.cells[a], &self.cells[b]);
-                a.rate_kbps
-                    .total_cmp(&b.rate_kbps)
-                    .then(a.route.cmp(&b.route))
-            });
-            for _ in &group.apps {
+        let mut order: Vec<(usize, Vec<usize>)> = (0..self.groups.len())
+            .map(|g| {
+                let mut choices: Vec<usize> = (0..self.cells.len())
+                    .filter(|&c| self.cells[c].group == g && self.cells[c].utility >= level - 1e-9)
+                    .collect();
+                // Cheapest first; any uplink before one alone at the same rate.
+                choices.sort_by(|&a, &b| {
+                    let (a, b) = (&self.cells[a], &self.cells[b]);
+                    a.rate_kbps
+                        .total_cmp(&b.rate_kbps)
+                        .then(a.route.cmp(&b.route))
+                });
+                (g, choices)
+            })
+            .collect();
+        // The groups that need the most first, as a packing does: the small ones fit
+        // in what is left.
+        let need = |choices: &[usize]| choices.first().map_or(0.0, |&c| self.cells[c].rate_kbps);
+        order.sort_by(|a, b| need(&b.1).total_cmp(&need(&a.1)));
+        for (g, choices) in order {
+            for _ in &self.groups[g].apps {
                 let fits = choices.iter().copied().find(|&c| {
                     self.add(c, 1);
                     let holds = self.holds();
