@@ -150,6 +150,18 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("older than the current version 5"), "{body}");
     assert_eq!(put(&tb, Some(&token), table).0, 200);
+    // A table that replaces a version no longer in force (a second controller with
+    // an older view) is refused and says so; one that replaces the version in force
+    // is taken.
+    let late = table.replace("\"version\": 5", "\"version\": 7, \"replaces\": 4");
+    let (status, body) = put(&tb, Some(&token), &late);
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains("replaces version 4, but version 5 is in force"),
+        "{body}"
+    );
+    let next = table.replace("\"version\": 5", "\"version\": 6, \"replaces\": 5");
+    assert_eq!(put(&tb, Some(&token), &next).0, 200);
     // The entry serves only its own site.
     let (status, body) = tb.admin_request(
         "en",
@@ -199,7 +211,7 @@ fn the_pacing_api_answers_each_case_and_the_table_survives_kill_9() {
             .then(|| String::from_utf8_lossy(&out.stdout).to_string())
     });
     let got = back.expect("the admin API came back");
-    assert_eq!(version_of(&got), 5, "the table survived the restart");
+    assert_eq!(version_of(&got), 6, "the table survived the restart");
     assert!(got.contains("\"name\": \"voip\""), "{got}");
 }
 

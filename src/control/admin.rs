@@ -280,6 +280,12 @@ async fn put_pacing(req: Request<Incoming>, site: &str, admin: &Admin) -> Respon
             StatusCode::CONFLICT,
             format!("version {version} is older than the current version {current}"),
         ),
+        Err(PutError::NotReplacing { current, replaces }) => text(
+            StatusCode::CONFLICT,
+            format!(
+                "version {version} replaces version {replaces}, but version {current} is in force"
+            ),
+        ),
         Err(PutError::Failed(e)) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the table was not applied, the previous one stays: {e}"),

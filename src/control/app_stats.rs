@@ -56,6 +56,9 @@ pub struct AppReport {
     /// And the site's lanes' queue it last measured, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background_queue_ms: Option<f64>,
+    /// The controller's class of the application (the table's `utility`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utility: Option<String>,
     /// Flows of an application with a deadline that met it and that missed it.
     #[serde(default)]
     pub deadlines_met: u64,
@@ -246,6 +249,7 @@ impl AppStats {
                     duplicates_dropped: counts.duplicates_dropped,
                     background_spare_bps: background.map(|b| b.spare_bps),
                     background_queue_ms: background.map(|b| b.queue.as_secs_f64() * 1e3),
+                    utility: pacing.table(site).app(app).and_then(|a| a.utility.clone()),
                     deadlines_met: counts.deadlines_met,
                     deadlines_missed: counts.deadlines_missed,
                 });

@@ -105,6 +105,9 @@ pub enum PutError {
     UnknownSite,
     /// The table is older than the current one (409).
     Stale { current: u64 },
+    /// The table replaces a version that is no longer in force (409): another
+    /// controller's table came first.
+    NotReplacing { current: u64, replaces: u64 },
     /// Persisting or applying failed (500); the previous table stays.
     Failed(String),
 }
@@ -194,6 +197,11 @@ impl PacingControl {
         let current = tables.get(site).map_or(0, |t| t.version);
         if table.version < current {
             return Err(PutError::Stale { current });
+        }
+        if let Some(replaces) = table.replaces
+            && replaces != current
+        {
+            return Err(PutError::NotReplacing { current, replaces });
         }
         let previous = tables.insert(site.to_string(), table.clone());
         let mut persisted = false;
@@ -409,6 +417,17 @@ mod tests {
         assert!(matches!(
             control.put("site9", table(9)).await,
             Err(PutError::UnknownSite)
+        ));
+        // A table that replaces a version no longer in force (another controller's
+        // came first) is refused, and the check comes before the data path.
+        let mut late = table(5);
+        late.replaces = Some(2);
+        assert!(matches!(
+            control.put("site1", late).await,
+            Err(PutError::NotReplacing {
+                current: 3,
+                replaces: 2
+            })
         ));
         // The data path is gone: version 4 is refused, and version 3 stays in memory
         // and in the state file (which had already been written with version 4).

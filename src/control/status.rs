@@ -405,6 +405,7 @@ mod tests {
                     duplicates_dropped: 4990,
                     background_spare_bps: Some(31_400_000),
                     background_queue_ms: Some(0.42),
+                    utility: Some("video".into()),
                     deadlines_met: 41,
                     deadlines_missed: 3,
                 }],

@@ -71,6 +71,11 @@ impl AppIdx {
 #[serde(deny_unknown_fields)]
 pub struct PacingTable {
     pub version: u64,
+    /// The version this table replaces: given, the table is refused unless that is
+    /// the version in force (a controller's compare-and-swap; without it, any table
+    /// not older than the one in force replaces it). Not kept with the table.
+    #[serde(default, skip_serializing)]
+    pub replaces: Option<u64>,
     #[serde(default)]
     pub apps: Vec<AppSpec>,
     /// The most the copies of `duplicate` applications may add to what this gateway
@@ -124,7 +129,14 @@ pub struct AppSpec {
     /// within `ms` of its first packet (`core/deadline.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineSpec>,
+    /// The controller's class of the application (`braid controller`'s catalogue,
+    /// e.g. `voip`): the gateway reports it and does nothing else with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utility: Option<String>,
 }
+
+/// The longest name of a controller's class (`apps[].utility`).
+pub const MAX_UTILITY_LEN: usize = 32;
 
 /// An application's `deadline`: per flow, `ms` from its first packet to carry its
 /// `bytes` of data (absent: the flow counts as done when it ends, TCP's FIN or RST).
@@ -324,6 +336,12 @@ impl PacingTable {
                 ),
             ));
         }
+        if self.replaces.is_some_and(|r| r >= self.version) {
+            return Err(refuse(
+                "replaces",
+                format!("must be below the table's version, {}", self.version),
+            ));
+        }
         if self.duplicate_kbps.is_some_and(|k| k > MAX_RATE_KBPS) {
             return Err(refuse(
                 "duplicate_kbps",
@@ -383,6 +401,18 @@ impl PacingTable {
                 return Err(refuse(at("match.dscp"), "a DSCP is 0 to 63"));
             }
             validate_steering(app, &at)?;
+            if let Some(utility) = &app.utility
+                && (utility.is_empty()
+                    || utility.len() > MAX_UTILITY_LEN
+                    || !utility.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                    }))
+            {
+                return Err(refuse(
+                    at("utility"),
+                    format!("must be 1 to {MAX_UTILITY_LEN} characters of a-z, 0-9, - and _"),
+                ));
+            }
             if let Some(d) = app.deadline {
                 if app.is_background() {
                     return Err(refuse(
@@ -669,6 +699,32 @@ mod tests {
                 r#"{"version": 1, "apps": [{"name": "a", "class": "background", "duplicate": true}]}"#
             ),
             "apps[0].duplicate: a background application gets only spare capacity; copies of its packets would take more"
+        );
+    }
+
+    #[test]
+    fn a_table_may_name_the_version_it_replaces_and_each_applications_utility_class() {
+        let t = PacingTable::parse(
+            br#"{"version": 8, "replaces": 7, "apps": [{"name": "calls", "utility": "voip"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.replaces, Some(7));
+        assert_eq!(t.apps[0].utility.as_deref(), Some("voip"));
+        // What replaces it is the request's, not the table's.
+        let kept = serde_json::to_string(&t).unwrap();
+        assert!(!kept.contains("replaces"), "{kept}");
+        assert!(kept.contains(r#""utility":"voip""#), "{kept}");
+        assert_eq!(
+            error(r#"{"version": 7, "replaces": 7, "apps": []}"#),
+            "replaces: must be below the table's version, 7"
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "a", "utility": "VoIP"}]}"#),
+            "apps[0].utility: must be 1 to 32 characters of a-z, 0-9, - and _"
+        );
+        assert_eq!(
+            error(r#"{"version": 1, "apps": [{"name": "a", "utility": ""}]}"#),
+            "apps[0].utility: must be 1 to 32 characters of a-z, 0-9, - and _"
         );
     }
 
