@@ -1,0 +1,227 @@
+//! From what a site's gateways report to the table a controller puts to them: the
+//! allocation of each direction, turned into the application table's rates, colours
+//! and uplinks.
+//!
+//! The site's entry paces uploads (`rate_up_kbps`) and its exit downloads
+//! (`rate_down_kbps`); both get the same table. Each direction is allocated over its
+//! own capacities. An application's route is one for both directions (the table's
+//! `uplinks` apply in each gateway's sending direction): the download's, which is
+//! where most of most applications' bytes go, unless only the upload keeps to one
+//! uplink. The table's other fields are the operator's and are kept: the match
+//! rules, and applications the gateway controls itself (`background`, with a
+//! `deadline`) or that carry no flows, which the allocation leaves out.
+
+use super::catalogue::Class;
+use super::utility::DelayFunction;
+use super::{Allocation, Problem, Route, Uplink};
+use crate::core::lane::Colour;
+use crate::core::pacing_table::{AppClass, PacingTable};
+
+/// An uplink of a site as its gateways report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UplinkSeen {
+    pub name: String,
+    /// Its delay with no queue, one way: half its least round trip.
+    pub one_way_ms: f64,
+    /// What it carries each way: the configured rate where known, else measured.
+    pub up_kbps: f64,
+    pub down_kbps: f64,
+}
+
+/// How a site's allocation is made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub classes: Vec<Class>,
+    /// Each class's colour, if it has one (by index, as `classes`).
+    pub colours: Vec<Option<Colour>>,
+    /// The class of an application whose table entry names none (an index).
+    pub default_class: usize,
+    pub epsilon: f64,
+    /// An uplink's queue: none up to `queue_from` of its capacity, then growing to
+    /// `queue_ms` more at full load.
+    pub queue_from: f64,
+    pub queue_ms: f64,
+}
+
+/// What allocating a site gives: the table to put, and each direction's allocation
+/// (`None` without applications to allocate).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub table: PacingTable,
+    pub up: Option<Allocation>,
+    pub down: Option<Allocation>,
+}
+
+/// A direction's allocation problem.
+pub struct Direction<'a> {
+    pub problem: Problem<'a>,
+    /// The table's index of each of the problem's applications.
+    pub apps: Vec<usize>,
+}
+
+/// The allocation problems of a site's two directions, up and down: the
+/// applications of `current` the allocation takes on (foreground ones without a
+/// deadline that carry flows, `active` by the table's index) with their classes,
+/// over `uplinks`. An error names an application whose class the settings do not
+/// know.
+pub fn directions<'a>(
+    current: &PacingTable,
+    active: &[bool],
+    uplinks: &[UplinkSeen],
+    settings: &'a Settings,
+) -> Result<[Direction<'a>; 2], String> {
+    let mut apps = Vec::new();
+    let mut classes = Vec::new();
+    for (i, app) in current.apps.iter().enumerate() {
+        if app.class == AppClass::Background
+            || app.deadline.is_some()
+            || !active.get(i).copied().unwrap_or(false)
+        {
+            continue;
+        }
+        let class = match &app.utility {
+            None => settings.default_class,
+            Some(name) => settings
+                .classes
+                .iter()
+                .position(|c| &c.name == name)
+                .ok_or_else(|| format!("apps[{i}].utility: no class \"{name}\""))?,
+        };
+        apps.push(i);
+        classes.push(class);
+    }
+    let direction = |capacity: fn(&UplinkSeen) -> f64| Direction {
+        problem: Problem {
+            classes: &settings.classes,
+            uplinks: uplinks
+                .iter()
+                .map(|u| Uplink {
+                    name: u.name.clone(),
+                    capacity_kbps: capacity(u),
+                    delay: DelayFunction::queue_from(
+                        u.one_way_ms,
+                        settings.queue_from,
+                        settings.queue_ms,
+                    ),
+                })
+                .collect(),
+            apps: classes.clone(),
+            epsilon: settings.epsilon,
+        },
+        apps: apps.clone(),
+    };
+    Ok([direction(|u| u.up_kbps), direction(|u| u.down_kbps)])
+}
+
+/// The table that puts `up` and `down` (the allocations of [`directions`]) in force,
+/// replacing `current`.
+pub fn table(
+    current: &PacingTable,
+    directions: &[Direction; 2],
+    up: Option<&Allocation>,
+    down: Option<&Allocation>,
+    settings: &Settings,
+) -> PacingTable {
+    let mut table = current.clone();
+    table.replaces = Some(current.version);
+    table.version = current.version + 1;
+    let [up_dir, down_dir] = directions;
+    for (k, &i) in down_dir.apps.iter().enumerate() {
+        let app = &mut table.apps[i];
+        let up_grant = up.map(|a| a.grants[k]);
+        let down_grant = down.map(|a| a.grants[k]);
+        app.rate_up_kbps = up_grant.map(|g| kbps(g.rate_kbps));
+        app.rate_down_kbps = down_grant.map(|g| kbps(g.rate_kbps));
+        let route = match (down_grant.map(|g| g.route), up_grant.map(|g| g.route)) {
+            (Some(Route::Only(u)), _) | (Some(Route::Any) | None, Some(Route::Only(u))) => Some(u),
+            _ => None,
+        };
+        app.uplinks = route.map(|u| vec![down_dir.problem.uplinks[u].name.clone()]);
+        app.colour = settings.colours[up_dir.problem.apps[k]];
+    }
+    table
+}
+
+/// A rate as the table takes it: whole kbit/s, at least 1.
+fn kbps(rate_kbps: f64) -> u64 {
+    (rate_kbps.round() as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{catalogue, exact};
+    use super::*;
+    use std::time::Duration;
+
+    fn settings() -> Settings {
+        let classes = catalogue::defaults().unwrap();
+        let colours = classes
+            .iter()
+            .map(|c| matches!(c.name.as_str(), "voip" | "terminal").then_some(Colour::Green))
+            .collect();
+        Settings {
+            default_class: 1,
+            classes,
+            colours,
+            epsilon: 0.3,
+            queue_from: 0.5,
+            queue_ms: 20.0,
+        }
+    }
+
+    #[test]
+    fn a_sites_table_gets_each_directions_rates_one_route_and_its_classes_colour() {
+        let settings = settings();
+        let current = PacingTable::parse(
+            br#"{"version": 4, "apps": [
+                {"name": "calls", "match": {"proto": "udp"}, "utility": "voip"},
+                {"name": "files", "match": {"proto": "tcp", "remote_ports": "443"}},
+                {"name": "idle", "match": {"remote_ports": "873"}, "utility": "web"},
+                {"name": "backup", "match": {"remote_ports": "22"}, "class": "background"}]}"#,
+        )
+        .unwrap();
+        let uplinks = [
+            UplinkSeen {
+                name: "dsl".into(),
+                one_way_ms: 10.0,
+                up_kbps: 2000.0,
+                down_kbps: 20000.0,
+            },
+            UplinkSeen {
+                name: "lte".into(),
+                one_way_ms: 45.0,
+                up_kbps: 5000.0,
+                down_kbps: 30000.0,
+            },
+        ];
+        // The idle application carries no flows; the background one is the gateway's.
+        let active = [true, true, false, true];
+        let dirs = directions(&current, &active, &uplinks, &settings).unwrap();
+        assert_eq!(dirs[1].apps, [0, 1]);
+        let solve = |d: &Direction| exact::solve(&d.problem, Duration::from_secs(10)).unwrap();
+        let (up, down) = (solve(&dirs[0]), solve(&dirs[1]));
+        let t = table(&current, &dirs, Some(&up), Some(&down), &settings);
+        assert_eq!((t.version, t.replaces), (5, Some(4)));
+        let calls = &t.apps[0];
+        // VoIP: green, kept to the DSL, whose 10 ms the LTE's 45 would spoil.
+        assert_eq!(calls.colour, Some(Colour::Green));
+        assert_eq!(calls.uplinks.as_deref(), Some(&["dsl".to_string()][..]));
+        assert_eq!(calls.rate_down_kbps, Some(100));
+        // The download (the default class): a download's best, anywhere.
+        let files = &t.apps[1];
+        assert_eq!(files.rate_down_kbps, Some(5000));
+        assert_eq!(files.colour, None);
+        // The others as they were.
+        assert_eq!(t.apps[2], current.apps[2]);
+        assert_eq!(t.apps[3], current.apps[3]);
+        t.validate().unwrap();
+        // A class the settings do not know is named.
+        let unknown =
+            PacingTable::parse(br#"{"version": 1, "apps": [{"name": "x", "utility": "gaming"}]}"#)
+                .unwrap();
+        assert_eq!(
+            directions(&unknown, &[true], &uplinks, &settings).err(),
+            Some("apps[0].utility: no class \"gaming\"".to_string())
+        );
+    }
+}
