@@ -2432,3 +2432,92 @@ fn flows_with_deadlines_are_counted_met_and_missed_as_the_gateway_passes_their_b
     entry_status_shows(&tb, "    deadlines met 1, missed 0\n");
     entry_status_shows(&tb, "    deadlines met 0, missed 1\n");
 }
+
+#[test]
+fn the_controller_gives_an_applications_flows_their_rate_and_its_death_changes_nothing() {
+    // One site over two uplinks of 20 Mbit/s; the controller, in the entry's
+    // namespace, allocates every 500 ms. An application without flows is left alone;
+    // once an upload runs, its table entry gets a computed rate within a few periods;
+    // killed, the controller leaves the gateway's table as it was.
+    let mut tb = Testbed::up("e2ectl", &[("RATES", "20 20")]);
+    tb.start();
+    put_table_by_cli(
+        &tb,
+        r#"{"version": 1, "apps": [{"name": "bulk",
+            "match": {"proto": "tcp", "remote_ports": "5201"}, "utility": "download"}]}"#,
+    );
+    let config = tb.path("controller.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "period_ms = 500\nsolver = \"exact\"\n[[gateways]]\nurl = \"http://127.0.0.1:9190\"\ntoken_file = \"{}\"\n",
+            tb.path("admin.token").display()
+        ),
+    )
+    .expect("write the controller's configuration");
+    let controller = tb.spawn(
+        "en",
+        &[
+            braid_bin(),
+            "controller",
+            "--config",
+            &config.display().to_string(),
+        ],
+        Ready::Listens(9290),
+    );
+    let table = |tb: &Testbed| -> serde_json::Value {
+        let (status, body) = tb.admin_get("en", "/v1/sites/site1/pacing");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("JSON")
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(table(&tb)["version"], 1, "no flows, nothing to allocate");
+    let server = tb.spawn(
+        "sv",
+        &["iperf3", "-s", "-1", "-p", "5201"],
+        Ready::Listens(5201),
+    );
+    let upload = tb.spawn(
+        "cl",
+        &["iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "6"],
+        Ready::Now,
+    );
+    let started = std::time::Instant::now();
+    let mut seen = serde_json::Value::Null;
+    // The gateway reports flows once a second; then within two periods.
+    let allocated = eventually(Duration::from_secs(4), || {
+        seen = table(&tb);
+        seen["apps"][0]["rate_up_kbps"].is_u64()
+    });
+    assert!(allocated, "the upload's application got no rate: {seen}");
+    println!("allocated after {:?}: {seen}", started.elapsed());
+    // A download's best level (5 Mbit/s) fits twice over in 40 Mbit/s.
+    assert_eq!(seen["apps"][0]["rate_up_kbps"], 5000, "{seen}");
+    assert_eq!(seen["apps"][0]["utility"], "download", "{seen}");
+    let metrics = tb.ok(
+        "en",
+        &[
+            "python3",
+            "-c",
+            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9290/metrics').read().decode())",
+        ],
+    );
+    assert!(
+        metrics.contains("braid_controller_pushes_total{gateway=\"http://127.0.0.1:9190\"} 1"),
+        "{metrics}"
+    );
+    let version = seen["version"].clone();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(tb.child_pid(controller) as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the controller");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        table(&tb)["version"],
+        version,
+        "the gateway keeps its table"
+    );
+    tb.wait(upload, Duration::from_secs(10));
+    tb.wait(server, Duration::from_secs(5));
+}

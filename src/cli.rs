@@ -1,4 +1,4 @@
-//! The command line: `braid run | check-config | cert | status | pacing | demo`. Exit codes: 0 success, 2 a
+//! The command line: `braid run | check-config | cert | status | pacing | controller | demo`. Exit codes: 0 success, 2 a
 //! configuration error, 1 any other failure; errors are one line `error: ...`.
 
 use std::path::PathBuf;
@@ -45,6 +45,12 @@ enum Command {
     /// Read or replace a site's application table (the controller's client).
     #[command(subcommand)]
     Pacing(PacingCommand),
+    /// Run the pacing controller: allocate each site's uplinks among its applications
+    /// from utility functions and put the tables to the fleet's gateways.
+    Controller {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Build a namespace testbed with three uplinks, run both gateways and three
     /// downloads, and show a live per-uplink table (root; Ctrl-C stops and cleans up).
     Demo {
@@ -104,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
         Command::Demo { seconds, scheduler } => crate::demo::run(seconds, &scheduler),
+        Command::Controller { config } => crate::controller::run(&config),
         Command::Status { admin, json, watch } => {
             crate::control::admin_client::status(&admin, json, watch)
         }

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod controller;
 pub mod core;
 #[cfg(test)]
 mod core_purity;

@@ -207,18 +207,26 @@ fn from_sources(
     label: &str,
     base: &Path,
 ) -> Result<Config, FieldError> {
+    validate(deserialize(sources, label)?, base)
+}
+
+/// Merges `sources` into the raw form `T`; errors carry the offending key's path
+/// (`label` for the whole). The gateway's and the controller's files alike.
+pub fn deserialize<T: serde::de::DeserializeOwned>(
+    sources: config::ConfigBuilder<config::builder::DefaultState>,
+    label: &str,
+) -> Result<T, FieldError> {
     let merged = sources.build().map_err(|e| FieldError {
         path: label.to_string(),
         problem: e.to_string(),
     })?;
-    let raw: RawConfig = serde_path_to_error::deserialize(merged).map_err(|e| {
+    serde_path_to_error::deserialize(merged).map_err(|e| {
         let path = e.path().to_string();
         FieldError {
             path: if path == "." { label.to_string() } else { path },
             problem: strip_config_origin(&e.into_inner().to_string()),
         }
-    })?;
-    validate(raw, base)
+    })
 }
 
 /// The `config` crate appends where a value came from; the path already says it.

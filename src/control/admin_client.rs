@@ -38,7 +38,7 @@ impl AdminClient {
     }
 
     /// One request; returns the status and the body.
-    async fn request(
+    pub(crate) async fn request(
         &self,
         method: Method,
         path: &str,

@@ -42,6 +42,13 @@ pub struct LaneStatus {
     /// Seconds in this state.
     pub since_seconds: u64,
     pub srtt_ms: f64,
+    /// The least round trip the lane has seen: its path's delay with no queue.
+    #[serde(default)]
+    pub min_srtt_ms: f64,
+    /// The uplink's known rate in this gateway's sending direction (its
+    /// `rate_up_kbps` at the entry, `rate_down_kbps` at the exit); absent: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_kbps: Option<u64>,
     /// How much the uplink's one-way delay varies by itself, as the lane's delay cap
     /// allows it: declared, or learned from the lane's lone packets (0: steady).
     #[serde(default)]
@@ -115,6 +122,8 @@ impl StatusBuilder {
                 state: state.to_string(),
                 since_seconds: now.saturating_since(lane.state_since).as_secs(),
                 srtt_ms: lane.view.srtt.as_secs_f64() * 1000.0,
+                min_srtt_ms: lane.view.min_srtt.as_secs_f64() * 1000.0,
+                rate_kbps: lane.view.rate_kbps,
                 delay_variation_ms: lane.view.delay_variation.as_secs_f64() * 1000.0,
                 cwnd_bytes: lane.view.cwnd,
                 fill_bytes: lane.view.fill,
@@ -371,6 +380,8 @@ mod tests {
             state: state.into(),
             since_seconds: 4000,
             srtt_ms: 12.345,
+            min_srtt_ms: 10.0,
+            rate_kbps: Some(20_000),
             delay_variation_ms: 10.0,
             cwnd_bytes: 123_456_789,
             fill_bytes: 99_999_999,

@@ -27,6 +27,7 @@ pub mod pacing_table;
 pub mod packet;
 pub mod redial;
 pub mod reseq;
+pub mod retry;
 pub mod route;
 pub mod sched;
 pub mod seen;

@@ -28,6 +28,64 @@ pub struct UplinkSeen {
     pub down_kbps: f64,
 }
 
+/// A lane of a site as one of its gateways reports it (`GET /v1/status`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneSeen {
+    pub uplink: String,
+    pub up: bool,
+    pub min_srtt_ms: f64,
+    pub srtt_ms: f64,
+    pub cwnd_bytes: u64,
+    /// The uplink's known rate in the reporting gateway's sending direction.
+    pub rate_kbps: Option<u64>,
+    /// What the lane sent over the last second, in bit/s.
+    pub sent_bps: u64,
+}
+
+/// The site's uplinks that have a lane up, from its entry's lanes (what goes up) and
+/// its exit's (what comes down; `None` if the exit did not answer, and then the
+/// entry's estimate stands for both). An uplink's capacity each way is its known
+/// rate, else the most its lanes could send now: the larger of what they sent and
+/// their windows per round trip.
+pub fn uplinks(entry: &[LaneSeen], exit: Option<&[LaneSeen]>) -> Vec<UplinkSeen> {
+    let mut names: Vec<&str> = Vec::new();
+    for lane in entry.iter().filter(|l| l.up) {
+        if !names.contains(&lane.uplink.as_str()) {
+            names.push(&lane.uplink);
+        }
+    }
+    let capacity = |lanes: &[LaneSeen], name: &str| -> Option<f64> {
+        let of: Vec<&LaneSeen> = lanes.iter().filter(|l| l.up && l.uplink == name).collect();
+        if let Some(known) = of.iter().find_map(|l| l.rate_kbps) {
+            return Some(known as f64);
+        }
+        of.iter()
+            .map(|l| {
+                let window = l.cwnd_bytes as f64 * 8.0 / l.srtt_ms.max(0.1);
+                window.max(l.sent_bps as f64 / 1000.0)
+            })
+            .reduce(f64::max)
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let up = capacity(entry, name)?;
+            let down = exit.and_then(|lanes| capacity(lanes, name)).unwrap_or(up);
+            let least = entry
+                .iter()
+                .filter(|l| l.up && l.uplink == name && l.min_srtt_ms > 0.0)
+                .map(|l| l.min_srtt_ms)
+                .reduce(f64::min)?;
+            Some(UplinkSeen {
+                name: name.to_string(),
+                one_way_ms: least / 2.0,
+                up_kbps: up,
+                down_kbps: down,
+            })
+        })
+        .collect()
+}
+
 /// How a site's allocation is made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -167,6 +225,45 @@ mod tests {
             queue_from: 0.5,
             queue_ms: 20.0,
         }
+    }
+
+    fn lane(uplink: &str, up: bool, min_srtt_ms: f64, rate_kbps: Option<u64>) -> LaneSeen {
+        LaneSeen {
+            uplink: uplink.into(),
+            up,
+            min_srtt_ms,
+            srtt_ms: 2.0 * min_srtt_ms,
+            cwnd_bytes: 50_000,
+            rate_kbps,
+            sent_bps: 1_000_000,
+        }
+    }
+
+    #[test]
+    fn a_sites_uplinks_are_those_with_a_lane_up_at_their_known_or_estimated_rates() {
+        let entry = [
+            lane("dsl", true, 20.0, Some(10_000)),
+            lane("dsl", true, 22.0, Some(10_000)),
+            lane("lte", true, 80.0, None),
+            lane("cable", false, 30.0, Some(50_000)),
+        ];
+        let exit = [lane("dsl", true, 20.0, Some(50_000))];
+        let seen = uplinks(&entry, Some(&exit));
+        assert_eq!(
+            seen[0],
+            UplinkSeen {
+                name: "dsl".into(),
+                one_way_ms: 10.0,
+                up_kbps: 10_000.0,
+                down_kbps: 50_000.0,
+            }
+        );
+        // The LTE's rate is unknown: its window per round trip, 50 kB per 160 ms, both
+        // ways (the exit has no lane of it up).
+        assert_eq!(seen[1].name, "lte");
+        assert_eq!(seen[1].up_kbps, 2500.0);
+        assert_eq!(seen[1].down_kbps, 2500.0);
+        assert_eq!(seen.len(), 2, "the cable has no lane up");
     }
 
     #[test]

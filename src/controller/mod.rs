@@ -1,0 +1,259 @@
+//! `braid controller`: every period, reads what each gateway of the fleet reports,
+//! allocates each site's uplinks among its applications (`core::allocation`) and puts
+//! the tables that changed to the site's entry and exit. Reference:
+//! docs/controller.md.
+//!
+//! It keeps no state of its own beyond the gateways' answers: a restarted controller
+//! rebuilds everything from them. A gateway that does not answer is tried again after
+//! a growing wait and holds up no other; a table another controller put first is
+//! refused by the gateway (the table names the version it replaces), and this one
+//! says so and reads again next period.
+
+pub mod config;
+mod fleet;
+mod serve;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::clock::Clock;
+use crate::core::allocation::plan::{self, Direction};
+use crate::core::allocation::{Allocation, exact, fast};
+use crate::core::retry::Retry;
+use config::{ControllerConfig, Solver};
+use fleet::{Gateway, Observed, PushOutcome};
+use serve::Metrics;
+
+/// Runs the controller until interrupted (SIGINT or SIGTERM).
+pub fn run(config: &Path) -> anyhow::Result<()> {
+    let config = ControllerConfig::load(config)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(async move {
+            let metrics = Arc::new(Metrics::new()?);
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("listen: binding {}", config.listen))?;
+            tokio::spawn(serve::serve(listener, metrics.clone()));
+            tracing::info!(
+                gateways = config.gateways.len(),
+                period_ms = config.period.as_millis() as u64,
+                "controller started on {}",
+                config.listen
+            );
+            tokio::select! {
+                r = control(&config, &metrics) => r,
+                _ = shutdown() => {
+                    tracing::info!("controller stopping; the gateways keep their tables");
+                    Ok(())
+                }
+            }
+        })
+}
+
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// The controller's loop: one cycle per period.
+async fn control(config: &ControllerConfig, metrics: &Metrics) -> anyhow::Result<()> {
+    let clock = Clock::new();
+    let gateways: Vec<Gateway> = config
+        .gateways
+        .iter()
+        .map(Gateway::new)
+        .collect::<anyhow::Result<_>>()?;
+    let mut retries = vec![Retry::default(); gateways.len()];
+    let mut ticker = tokio::time::interval(config.period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let now = clock.now();
+        // Every due gateway at once, each within its own time.
+        let due: Vec<usize> = (0..gateways.len())
+            .filter(|&g| retries[g].due(now))
+            .collect();
+        let answers = futures::future::join_all(
+            due.iter()
+                .map(|&g| gateways[g].observe(config.period.min(Duration::from_secs(5)))),
+        )
+        .await;
+        let mut observed: Vec<Option<Observed>> = vec![None; gateways.len()];
+        for (&g, answer) in due.iter().zip(answers) {
+            match answer {
+                Ok(o) => {
+                    retries[g].succeeded();
+                    metrics.gateway_up(&gateways[g].url, true);
+                    observed[g] = Some(o);
+                }
+                Err(e) => {
+                    let (failures, _) = retries[g].failed(clock.now());
+                    metrics.gateway_up(&gateways[g].url, false);
+                    metrics.push_failed(&gateways[g].url, "unreachable");
+                    if failures == 1 {
+                        tracing::warn!(gateway = %gateways[g].url, "gateway unreachable: {e:#}");
+                    }
+                }
+            }
+        }
+        metrics.cycle(observed.iter().flatten().count(), gateways.len());
+        for (site, at) in sites(&observed) {
+            allocate_site(config, metrics, &gateways, &observed, &site, at).await;
+        }
+    }
+}
+
+/// Where each site was seen: its entry's gateway index (the one whose role is
+/// `entry`) and its exit's.
+#[derive(Debug, Clone, Copy, Default)]
+struct SiteAt {
+    entry: Option<usize>,
+    exit: Option<usize>,
+}
+
+fn sites(observed: &[Option<Observed>]) -> BTreeMap<String, SiteAt> {
+    let mut sites: BTreeMap<String, SiteAt> = BTreeMap::new();
+    for (g, o) in observed.iter().enumerate() {
+        let Some(o) = o else { continue };
+        for site in o.sites.keys() {
+            let at = sites.entry(site.clone()).or_default();
+            if o.status.role == "entry" {
+                at.entry = Some(g);
+            } else {
+                at.exit = Some(g);
+            }
+        }
+    }
+    sites
+}
+
+/// Allocates one site and puts its table where it changed.
+async fn allocate_site(
+    config: &ControllerConfig,
+    metrics: &Metrics,
+    gateways: &[Gateway],
+    observed: &[Option<Observed>],
+    site: &str,
+    at: SiteAt,
+) {
+    // The site's uplinks are the entry's; without it there is nothing to allocate.
+    let Some(entry) = at.entry.and_then(|g| observed[g].as_ref()) else {
+        return;
+    };
+    let exit = at.exit.and_then(|g| observed[g].as_ref());
+    let seen = &entry.sites[site];
+    // The table in force: the newer of the two gateways'.
+    let current = match exit.map(|e| &e.sites[site]) {
+        Some(other) if other.table.version > seen.table.version => &other.table,
+        _ => &seen.table,
+    };
+    let active: Vec<bool> = current
+        .apps
+        .iter()
+        .map(|a| seen.flows(&a.name) > 0 || exit.is_some_and(|e| e.sites[site].flows(&a.name) > 0))
+        .collect();
+    let uplinks = plan::uplinks(&entry.lanes(site), exit.map(|e| e.lanes(site)).as_deref());
+    if uplinks.is_empty() {
+        return;
+    }
+    let directions = match plan::directions(current, &active, &uplinks, &config.settings) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(site, "the site's table cannot be allocated: {e}");
+            return;
+        }
+    };
+    let [up, down] = [0, 1].map(|d| {
+        let a = solve(config, metrics, site, &directions[d], ["up", "down"][d]);
+        a.filter(|_| !directions[d].apps.is_empty())
+    });
+    let table = plan::table(
+        current,
+        &directions,
+        up.as_ref(),
+        down.as_ref(),
+        &config.settings,
+    );
+    if table.apps == current.apps && table.duplicate_kbps == current.duplicate_kbps {
+        return;
+    }
+    for g in [at.entry, at.exit].into_iter().flatten() {
+        match gateways[g].push(site, &table).await {
+            Ok(PushOutcome::Taken) => metrics.pushed(&gateways[g].url),
+            Ok(PushOutcome::Refused(reason)) => {
+                metrics.push_failed(&gateways[g].url, "refused");
+                tracing::warn!(
+                    gateway = %gateways[g].url, site,
+                    "the gateway refused the table (another controller's may have come first): {reason}"
+                );
+            }
+            Err(e) => {
+                metrics.push_failed(&gateways[g].url, "error");
+                tracing::warn!(gateway = %gateways[g].url, site, "putting the table: {e:#}");
+            }
+        }
+    }
+}
+
+/// One direction's allocation by the configured solver; `auto` runs both where the
+/// exact solve finishes within a quarter of the period and keeps the exact one.
+fn solve(
+    config: &ControllerConfig,
+    metrics: &Metrics,
+    site: &str,
+    direction: &Direction,
+    name: &str,
+) -> Option<Allocation> {
+    let clock = Clock::new();
+    let timed = |f: &dyn Fn() -> Option<Allocation>| {
+        let started = clock.now();
+        let a = f();
+        (a, clock.now().saturating_since(started))
+    };
+    let fast = || -> Option<Allocation> {
+        fast::solve(&direction.problem)
+            .map_err(|e| tracing::warn!(site, direction = name, "fast allocation: {e}"))
+            .ok()
+    };
+    let exact = || -> Option<Allocation> {
+        exact::solve(&direction.problem, config.period / 4)
+            .map_err(|e| tracing::warn!(site, direction = name, "exact allocation: {e}"))
+            .ok()
+    };
+    let (fast_result, fast_took) = match config.solver {
+        Solver::Exact => (None, Duration::ZERO),
+        Solver::Auto | Solver::Fast => timed(&fast),
+    };
+    let (exact_result, exact_took) = match config.solver {
+        Solver::Fast => (None, Duration::ZERO),
+        Solver::Auto | Solver::Exact => timed(&exact),
+    };
+    if let (Some(e), Some(f)) = (&exact_result, &fast_result) {
+        metrics.gap(site, name, e, f);
+    }
+    let (chosen, method, took) = match (exact_result, fast_result) {
+        (Some(e), _) => (e, "exact", exact_took),
+        (None, Some(f)) => (f, "fast", fast_took),
+        (None, None) => return None,
+    };
+    metrics.allocated(site, name, method, took, &chosen);
+    Some(chosen)
+}
