@@ -177,16 +177,8 @@ impl Config {
         if let Err(e) = std::fs::metadata(file) {
             return err(file_label, format!("cannot read: {e}"));
         }
-        let sources = config::Config::builder()
-            .add_source(config::File::from(file).format(config::FileFormat::Toml))
-            .add_source(
-                config::Environment::with_prefix("BRAID")
-                    .prefix_separator("__")
-                    .separator("__")
-                    .try_parsing(true),
-            );
         from_sources(
-            sources,
+            file_sources(file, "BRAID"),
             &file_label,
             file.parent().unwrap_or(Path::new(".")),
         )
@@ -208,6 +200,22 @@ fn from_sources(
     base: &Path,
 ) -> Result<Config, FieldError> {
     validate(deserialize(sources, label)?, base)
+}
+
+/// A TOML file with environment overrides `PREFIX__KEY` (`__` between nested keys),
+/// as the gateway's and the controller's files are read.
+pub fn file_sources(
+    file: &Path,
+    env_prefix: &str,
+) -> config::ConfigBuilder<config::builder::DefaultState> {
+    config::Config::builder()
+        .add_source(config::File::from(file).format(config::FileFormat::Toml))
+        .add_source(
+            config::Environment::with_prefix(env_prefix)
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        )
 }
 
 /// Merges `sources` into the raw form `T`; errors carry the offending key's path

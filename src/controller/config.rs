@@ -116,14 +116,7 @@ impl ControllerConfig {
         if let Err(e) = std::fs::metadata(file) {
             return Err(FieldError::new(label, format!("cannot read: {e}")));
         }
-        let sources = config::Config::builder()
-            .add_source(config::File::from(file).format(config::FileFormat::Toml))
-            .add_source(
-                config::Environment::with_prefix("BRAID_CONTROLLER")
-                    .prefix_separator("__")
-                    .separator("__")
-                    .try_parsing(true),
-            );
+        let sources = crate::config::file_sources(file, "BRAID_CONTROLLER");
         let raw = crate::config::deserialize(sources, &label)?;
         validate(raw, file.parent().unwrap_or(Path::new(".")))
     }
