@@ -181,9 +181,13 @@ async fn allocate_site(
             return;
         }
     };
-    let [up, down] = [0, 1].map(|d| {
-        let a = solve(config, metrics, site, &directions[d], ["up", "down"][d]);
-        a.filter(|_| !directions[d].apps.is_empty())
+    // Solving takes up to a quarter of the period: off the runtime's other tasks
+    // (the /metrics and /healthz answers) meanwhile.
+    let [up, down] = tokio::task::block_in_place(|| {
+        [0, 1].map(|d| {
+            let a = solve(config, metrics, site, &directions[d], ["up", "down"][d]);
+            a.filter(|_| !directions[d].apps.is_empty())
+        })
     });
     let table = plan::table(
         current,
