@@ -72,14 +72,16 @@ impl Admin {
 
 /// Reads `admin.token_file`: its first line, which must not be empty.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    read_token_named(path, "admin.token_file")
+}
+
+/// Reads a token file's first line, which must not be empty; errors begin with
+/// `key`, the setting that named the file.
+pub fn read_token_named(path: &std::path::Path, key: &str) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("admin.token_file: cannot read {}", path.display()))?;
+        .with_context(|| format!("{key}: cannot read {}", path.display()))?;
     let token = text.lines().next().unwrap_or("").trim().to_string();
-    anyhow::ensure!(
-        !token.is_empty(),
-        "admin.token_file: {} is empty",
-        path.display()
-    );
+    anyhow::ensure!(!token.is_empty(), "{key}: {} is empty", path.display());
     Ok(token)
 }
 

@@ -203,17 +203,11 @@ fn classes(raw: Vec<RawClass>) -> Result<(Vec<Class>, Vec<Option<Colour>>), Fiel
     let mut classes = catalogue::defaults()?;
     let mut colours: Vec<Option<Colour>> = classes
         .iter()
-        .map(|c| matches!(c.name.as_str(), "voip" | "terminal").then_some(Colour::Green))
+        .map(|c| catalogue::default_colour(&c.name))
         .collect();
     for (i, c) in raw.into_iter().enumerate() {
         let at = |field: &str| format!("classes[{i}].{field}");
-        if c.name.is_empty()
-            || c.name.len() > crate::core::pacing_table::MAX_UTILITY_LEN
-            || !c
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        {
+        if !crate::core::pacing_table::is_utility_name(&c.name) {
             return Err(FieldError::new(
                 at("name"),
                 "must be 1 to 32 characters of a-z, 0-9, - and _",

@@ -44,8 +44,10 @@ pub enum PushOutcome {
 impl Gateway {
     /// The gateway of `config`, with its token read from its file.
     pub fn new(config: &config::Gateway) -> anyhow::Result<Gateway> {
-        let token = crate::control::admin::read_token(&config.token_file)
-            .with_context(|| format!("gateway {}", config.url))?;
+        let token = crate::control::admin::read_token_named(
+            &config.token_file,
+            &format!("gateways[].token_file of {}", config.url),
+        )?;
         Ok(Gateway {
             url: config.url.clone(),
             client: AdminClient::new(&config.url, Some(token))?,

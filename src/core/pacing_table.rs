@@ -138,6 +138,17 @@ pub struct AppSpec {
 /// The longest name of a controller's class (`apps[].utility`).
 pub const MAX_UTILITY_LEN: usize = 32;
 
+/// Whether `name` may name a controller's class: 1 to [`MAX_UTILITY_LEN`] characters
+/// of `a-z`, `0-9`, `-` and `_` (the table's `apps[].utility`, the controller's
+/// `classes[].name`).
+pub fn is_utility_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_UTILITY_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
 /// An application's `deadline`: per flow, `ms` from its first packet to carry its
 /// `bytes` of data (absent: the flow counts as done when it ends, TCP's FIN or RST).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -402,11 +413,7 @@ impl PacingTable {
             }
             validate_steering(app, &at)?;
             if let Some(utility) = &app.utility
-                && (utility.is_empty()
-                    || utility.len() > MAX_UTILITY_LEN
-                    || !utility.bytes().all(|b| {
-                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
-                    }))
+                && !is_utility_name(utility)
             {
                 return Err(refuse(
                     at("utility"),

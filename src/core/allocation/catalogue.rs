@@ -10,6 +10,7 @@
 
 use super::utility::UtilityFunction;
 use crate::core::field_error::FieldError;
+use crate::core::lane::Colour;
 
 /// A class of applications and what throughput and delay are worth to it.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +107,13 @@ const MEASURED: [Measured; 5] = [
         utility: &[&[4.94, 4.96, 4.92, 4.80, 4.64, 4.43, 3.91, 3.33, 2.76, 2.01]],
     },
 ];
+
+/// The colour a default class is given: green (ABE's low delay, at a low rate) for the
+/// two whose utility depends on delay alone, the terminal and VoIP; none for the
+/// others (the inner DSCP decides).
+pub fn default_colour(name: &str) -> Option<Colour> {
+    matches!(name, "terminal" | "voip").then_some(Colour::Green)
+}
 
 /// The five classes, in the order web, download, terminal, video, voip.
 pub fn defaults() -> Result<Vec<Class>, FieldError> {

@@ -189,9 +189,9 @@ fn step(
 
 /// A solution: how many applications take each cell, and how the traffic routed to
 /// any uplink is split.
-pub(super) struct Counts {
-    pub counts: Vec<usize>,
-    pub any_kbps: Vec<f64>,
+struct Counts {
+    counts: Vec<usize>,
+    any_kbps: Vec<f64>,
 }
 
 /// The allocation of `counts`: each group's applications take its cells in order.

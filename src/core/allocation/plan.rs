@@ -215,7 +215,7 @@ mod tests {
         let classes = catalogue::defaults().unwrap();
         let colours = classes
             .iter()
-            .map(|c| matches!(c.name.as_str(), "voip" | "terminal").then_some(Colour::Green))
+            .map(|c| catalogue::default_colour(&c.name))
             .collect();
         Settings {
             default_class: 1,

@@ -172,11 +172,6 @@ impl DelayFunction {
         }
     }
 
-    /// The breakpoints: load fractions and their delays.
-    pub fn points(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
-        self.load.iter().copied().zip(self.delay_ms.iter().copied())
-    }
-
     /// The delay at `load` of the capacity (clamped to 0..=1).
     pub fn at(&self, load: f64) -> f64 {
         let load = load.clamp(0.0, 1.0);
