@@ -22,7 +22,7 @@ use anyhow::Context;
 
 use crate::clock::Clock;
 use crate::core::allocation::plan::{self, Direction};
-use crate::core::allocation::{Allocation, exact, fast};
+use crate::core::allocation::{self, Allocation, EXACT_SHARE_OF_PERIOD, Method, exact, fast};
 use crate::core::retry::Retry;
 use config::{ControllerConfig, Solver};
 use fleet::{Gateway, Observed, PushOutcome};
@@ -238,7 +238,7 @@ fn solve(
             .ok()
     };
     let exact = || -> Option<Allocation> {
-        exact::solve(&direction.problem, config.period / 4)
+        exact::solve(&direction.problem, config.period / EXACT_SHARE_OF_PERIOD)
             .map_err(|e| tracing::warn!(site, direction = name, "exact allocation: {e}"))
             .ok()
     };
@@ -250,14 +250,14 @@ fn solve(
         Solver::Fast => (None, Duration::ZERO),
         Solver::Auto | Solver::Exact => timed(&exact),
     };
-    if let (Some(e), Some(f)) = (&exact_result, &fast_result) {
-        metrics.gap(site, name, e, f);
+    let (chosen, method, gap) = allocation::choose(exact_result, fast_result)?;
+    if let Some(gap) = gap {
+        metrics.gap(site, name, gap);
     }
-    let (chosen, method, took) = match (exact_result, fast_result) {
-        (Some(e), _) => (e, "exact", exact_took),
-        (None, Some(f)) => (f, "fast", fast_took),
-        (None, None) => return None,
+    let took = match method {
+        Method::Exact => exact_took,
+        Method::Fast => fast_took,
     };
-    metrics.allocated(site, name, method, took, &chosen);
+    metrics.allocated(site, name, method.as_str(), took, &chosen);
     Some(chosen)
 }

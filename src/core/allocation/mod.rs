@@ -95,6 +95,48 @@ pub enum Violation {
     NoRoom,
 }
 
+/// The share of a controller's period the exact solve may take (of each step): the
+/// rest is for reading the fleet and putting the tables.
+pub const EXACT_SHARE_OF_PERIOD: u32 = 4;
+
+/// The method whose allocation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Exact,
+    Fast,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Exact => "exact",
+            Method::Fast => "fast",
+        }
+    }
+}
+
+/// Of what the two methods gave (either may have given nothing), the allocation to put
+/// in force: the exact one where it finished, else the fast one; and, where both
+/// gave one, how far the fast one's total utility fell below the exact one's, as a
+/// fraction.
+pub fn choose(
+    exact: Option<Allocation>,
+    fast: Option<Allocation>,
+) -> Option<(Allocation, Method, Option<f64>)> {
+    let gap = match (&exact, &fast) {
+        (Some(e), Some(f)) if e.total_utility > 0.0 => {
+            Some((e.total_utility - f.total_utility) / e.total_utility)
+        }
+        (Some(_), Some(_)) => Some(0.0),
+        _ => None,
+    };
+    match (exact, fast) {
+        (Some(e), _) => Some((e, Method::Exact, gap)),
+        (None, Some(f)) => Some((f, Method::Fast, gap)),
+        (None, None) => None,
+    }
+}
+
 /// Rates and capacities are compared to within this (kbit/s): solvers' tolerance.
 const SLACK_KBPS: f64 = 1e-3;
 
@@ -215,6 +257,26 @@ pub(crate) mod tests {
             capacity_kbps: mbps * 1000.0,
             delay: DelayFunction::queue_from(base_ms, 0.5, 20.0),
         }
+    }
+
+    #[test]
+    fn the_exact_allocation_stands_where_it_finished_and_the_gap_is_told_where_both_ran() {
+        let with_total = |total_utility: f64| Allocation {
+            grants: Vec::new(),
+            any_kbps: Vec::new(),
+            first_min_utility: 1.0,
+            min_utility: 1.0,
+            total_utility,
+        };
+        let (a, method, gap) = choose(Some(with_total(100.0)), Some(with_total(97.0))).unwrap();
+        assert_eq!(
+            (a.total_utility, method, gap),
+            (100.0, Method::Exact, Some(0.03))
+        );
+        let (a, method, gap) = choose(None, Some(with_total(97.0))).unwrap();
+        assert_eq!((a.total_utility, method, gap), (97.0, Method::Fast, None));
+        assert_eq!(choose(Some(with_total(5.0)), None).unwrap().2, None);
+        assert!(choose(None, None).is_none());
     }
 
     #[test]
