@@ -97,7 +97,7 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 pub const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send a request's headers: a client that sends
 /// nothing cannot hold a slot for long.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves admin requests until `shutdown`; connections still open then are ended.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: CancellationToken) {

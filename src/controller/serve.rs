@@ -9,9 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, GaugeVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use crate::control::admin::{HEADER_TIMEOUT, MAX_CONNECTIONS};
 use crate::core::allocation::Allocation;
 
 /// The controller's metrics (docs/controller.md).
@@ -150,19 +151,31 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics` and `/healthz` until the process ends.
+/// Serves `/metrics` and `/healthz` until the process ends, with the admin API's
+/// limits: at most [`MAX_CONNECTIONS`] at once (more are closed at once), and
+/// [`HEADER_TIMEOUT`] for a request's headers.
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
+        if connections.len() >= MAX_CONNECTIONS {
+            continue; // dropping the stream closes it
+        }
         let metrics = metrics.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let metrics = metrics.clone();
                 async move { Ok::<_, Infallible>(answer(&req, &metrics)) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
