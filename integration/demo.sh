@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/as-root.sh"
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "error: cargo not found: install Rust >= 1.88" >&2; exit 1; }
-bash integration/build-deps.sh
+source integration/build-deps.sh
 bash integration/testbed.sh deps
 cargo build --release --locked --quiet --bin braid
 exec target/release/braid demo "$@"
