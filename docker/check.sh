@@ -3,8 +3,9 @@
 # registry: installs and starts the engine (docker/engine.sh), builds braid on the
 # host and the images on a local Debian base, brings the testbed up, checks that a
 # download through the client crosses every uplink at more than any uplink alone
-# carries, that the gateways run the braid just built and that Prometheus scrapes
-# both, and tears everything down. Grafana runs only where its image can be had
+# carries, that the gateways run the braid just built, that Prometheus scrapes
+# both and that the controller allocates an application of their table, and tears
+# everything down. Grafana runs only where its image can be had
 # (GRAFANA_IMAGE present locally or pullable); the dashboard's expressions are checked
 # against live metrics by the end-to-end tests either way. Run as root.
 set -euo pipefail
@@ -24,7 +25,7 @@ if ! "$docker" image inspect "${PROMETHEUS_IMAGE:=prom/prometheus:v2.53.2}" >/de
         -t "$PROMETHEUS_IMAGE" docker >/dev/null
 fi
 export PROMETHEUS_IMAGE
-services=(certs client entry router1 router2 router3 exit server prometheus)
+services=(certs client entry router1 router2 router3 exit server controller prometheus)
 if "$docker" image inspect "${GRAFANA_IMAGE:=grafana/grafana-oss:11.3.0}" >/dev/null 2>&1 ||
     "$docker" pull -q "$GRAFANA_IMAGE" >/dev/null 2>&1; then
     services+=(grafana)
@@ -98,6 +99,23 @@ awk '{printf "  %s %.1f MB\n", $1, $2 / 1e6}' <<<"$shares"
 floor=${COMPOSE_MIN_MBIT:-55}
 python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$mbit" "$floor" ||
     fail "the download got $mbit Mbit/s, under the floor of $floor"
+# The controller: once the entry's table names the download's application, it
+# allocates it (a download's best level, 5 Mbit/s, fits in the uplinks) and puts
+# the table to both gateways.
+compose exec -T entry braid pacing put /dev/stdin --token-file /certs/admin.token >/dev/null <<'JSON' ||
+{"version": 1, "apps": [{"name": "bulk", "match": {"proto": "tcp", "remote_ports": "5201"},
+  "utility": "download"}]}
+JSON
+    fail "putting a table to the entry failed"
+compose exec -T client iperf3 -c 198.18.100.2 --reverse --time 6 >/dev/null || fail "iperf3 failed"
+for node in entry exit; do
+    rate=$(compose exec -T "$node" braid pacing get |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["apps"][0].get("rate_down_kbps"))') ||
+        fail "cannot read the $node's table"
+    [ "$rate" = 5000 ] || fail "the controller did not give the $node's bulk its rate (rate_down_kbps $rate)"
+done
+pushes=$(prom 'sum(braid_controller_pushes_total)' | awk '{print $2}')
+echo "compose check: the controller allocated the download 5000 kbit/s at both gateways ($pushes tables put)"
 # Where Grafana runs, it serves the dashboard it provisioned (anonymous viewers may
 # read it; docker/compose.yaml).
 if [[ " ${services[*]} " == *" grafana "* ]]; then

@@ -3,13 +3,14 @@
 # container its addresses; this names the interfaces after them, routes, shapes and
 # then runs the container's process:
 #
-#   node.sh certs DIR        a CA and certificates for the exit and site1 in DIR
-#                            (kept when they exist)
+#   node.sh certs DIR        a CA and certificates for the exit and site1, and the
+#                            gateways' admin token, in DIR (kept when they exist)
 #   node.sh client           routes through the entry, then waits
 #   node.sh entry            uplinks up1..up$UPLINKS, then `braid run`
 #   node.sh router N         WAN router of uplink N: RATE_MBIT, DELAY_MS, LOSS_PCT
 #   node.sh exit             the service address 198.19.200.1, then `braid run`
 #   node.sh server           routes through the exit, then an iperf3 server
+#   node.sh controller       `braid controller` for both gateways
 #
 # Addresses (all in 198.18.0.0/15): site LAN 198.18.1.0/24 (entry .1, client .2),
 # uplink N 198.19.N.0/24 (router .1, entry .2), router N to exit 198.19.(100+N).0/24
@@ -37,6 +38,7 @@ certs)
         braid cert issue --ca "$dir" --name exit
         braid cert issue --ca "$dir" --name site1
     fi
+    [ -f "$dir/admin.token" ] || od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$dir/admin.token"
     ;;
 client)
     ip route replace default via 198.18.1.1
@@ -77,8 +79,11 @@ server)
     ip route replace default via 198.18.100.1
     exec iperf3 --server
     ;;
+controller)
+    exec braid controller --config /etc/braid/controller.toml
+    ;;
 *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -1,5 +1,5 @@
 //! The command line as a user meets it: `check-config` on the shipped examples and on
-//! broken files, `cert`, and `run` refusing a bad configuration.
+//! broken files, `cert`, `run` refusing a bad configuration, and `controller --check`.
 // Test code: a failed expectation is a failed test, and timeouts use the wall clock.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::disallowed_methods)]
 
@@ -501,4 +501,54 @@ fn the_dashboard_is_what_grafana_provisions() {
             }
         }
     }
+}
+
+#[test]
+fn controller_check_passes_the_shipped_example_and_names_what_is_wrong() {
+    let dir = std::env::temp_dir().join(format!("braid-cli-controller-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let config = dir.join("controller.toml");
+    std::fs::copy(repo().join("config/controller.toml"), &config).expect("copy the example");
+    let c = config.to_str().expect("utf-8");
+    let check = |env: &[(&str, &str)]| braid(&["controller", "--check", "--config", c], env);
+
+    // Its token files do not exist yet: the first one is named.
+    let out = check(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: gateways[0].token_file: cannot read"),
+        "{stderr}"
+    );
+    std::fs::write(dir.join("branch-01.token"), "secret\n").expect("token");
+    std::fs::write(dir.join("exit.token"), "\n").expect("token");
+    let out = check(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: gateways[1].token_file:") && stderr.contains("is empty"),
+        "{stderr}"
+    );
+    std::fs::write(dir.join("exit.token"), "secret\n").expect("token");
+    let out = check(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("controller on 127.0.0.1:9290: 2 gateways, every 5000 ms"),
+        "{stdout}"
+    );
+    // A key overridden from the environment is checked like the file's.
+    let out = check(&[("BRAID_CONTROLLER__PERIOD_MS", "10")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: period_ms: must be 500"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
 }

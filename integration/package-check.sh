@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Debian package as a user gets it: built with cargo-deb (installed into
 # target/tools when missing), installed with dpkg -i, checked for what it puts where,
-# both example configurations passed through `braid check-config` once certificates
-# exist and the entry's uplink interfaces do (a veth pair in a namespace), then purged.
+# the gateways' example configurations passed through `braid check-config` once
+# certificates exist and the entry's uplink interfaces do (a veth pair in a
+# namespace), the controller's through `braid controller --check` once its token
+# files do, then purged.
 # Run as root; run-tests.sh runs it. On a machine where a braid package is installed
 # it does nothing and says so.
 set -euo pipefail
@@ -24,7 +26,8 @@ deb=$(ls -t target/debian/braid_*.deb | head -n 1)
 
 ns=braid-pkg
 made=(/etc/braid/ca.pem /etc/braid/ca.key /etc/braid/branch-01.pem /etc/braid/branch-01.key
-    /etc/braid/exit.pem /etc/braid/exit.key /etc/braid/admin.token)
+    /etc/braid/exit.pem /etc/braid/exit.key /etc/braid/admin.token /etc/braid/branch-01.token
+    /etc/braid/exit.token)
 cleanup() {
     ip netns del "$ns" 2>/dev/null || true
     rm -f "${made[@]}"
@@ -36,13 +39,14 @@ dpkg -i "$deb" >/dev/null
 fail() { echo "package check: $*" >&2; exit 1; }
 [ -x /usr/bin/braid ] || fail "no /usr/bin/braid"
 [ -f /lib/systemd/system/braid@.service ] || fail "no systemd unit"
+[ -f /lib/systemd/system/braid-controller.service ] || fail "no controller unit"
 [ -f /usr/share/doc/braid/README.md ] || fail "no documentation"
 getent passwd braid >/dev/null || fail "no braid user"
 [ "$(stat -c %G:%a /etc/braid)" = braid:750 ] || fail "/etc/braid is $(stat -c %G:%a /etc/braid), not braid:750"
 dpkg-query -W -f='${Conffiles}\n' braid | grep -q /etc/braid/entry.toml.example ||
     fail "the example configurations are not conffiles"
 # Nothing enabled: no instance of the unit is wanted by any target.
-! ls /etc/systemd/system/*.wants/braid@* >/dev/null 2>&1 || fail "a braid unit is enabled"
+! ls /etc/systemd/system/*.wants/braid* >/dev/null 2>&1 || fail "a braid unit is enabled"
 
 # The examples pass check-config once what they name exists.
 braid cert init /etc/braid >/dev/null
@@ -53,4 +57,7 @@ ip netns add "$ns"
 ip -n "$ns" link add eth1 type veth peer name wwan0
 ip netns exec "$ns" braid check-config --config /etc/braid/entry.toml.example
 braid check-config --config /etc/braid/exit.toml.example
-echo "package check: $(basename "$deb") installs, and its example configurations pass check-config"
+cp /etc/braid/admin.token /etc/braid/branch-01.token
+cp /etc/braid/admin.token /etc/braid/exit.token
+braid controller --check --config /etc/braid/controller.toml.example
+echo "package check: $(basename "$deb") installs, and its example configurations pass their checks"

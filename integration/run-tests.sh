@@ -30,16 +30,19 @@ fi
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 
-# The systemd unit: clean under `systemd-analyze verify` (the binary this tree builds
-# standing in for /usr/bin/braid) and a sandbox exposure of at most 2.5.
+# The systemd units (gateway and controller): clean under `systemd-analyze verify`
+# (the binary this tree builds standing in for /usr/bin/braid) and a sandbox
+# exposure of at most 2.5.
 command -v systemd-analyze >/dev/null ||
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
 cargo build --locked --quiet
 unit_dir=$(mktemp -d)
-sed "s|/usr/bin/braid|$PWD/target/debug/braid|g" systemd/braid@.service >"$unit_dir/braid@.service"
-systemd-analyze verify "$unit_dir/braid@.service"
+for unit in braid@.service braid-controller.service; do
+    sed "s|/usr/bin/braid|$PWD/target/debug/braid|g" "systemd/$unit" >"$unit_dir/$unit"
+    systemd-analyze verify "$unit_dir/$unit"
+    (cd systemd && systemd-analyze security --offline=true --threshold=25 "$unit" | tail -n 1)
+done
 rm -rf "$unit_dir"
-(cd systemd && systemd-analyze security --offline=true --threshold=25 braid@.service | tail -n 1)
 # The Debian package: built, installed with dpkg -i, its examples checked, purged.
 bash integration/package-check.sh
 # The docker-compose testbed: engine, images, a download over every uplink, Prometheus.

@@ -50,6 +50,10 @@ enum Command {
     Controller {
         #[arg(long, short)]
         config: PathBuf,
+        /// Check the configuration and the token files it names, print a summary and
+        /// exit (2 on an error) instead of running.
+        #[arg(long)]
+        check: bool,
     },
     /// Build a namespace testbed with three uplinks, run both gateways and three
     /// downloads, and show a live per-uplink table (root; Ctrl-C stops and cleans up).
@@ -110,7 +114,14 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(&config),
         Command::Demo { seconds, scheduler } => crate::demo::run(seconds, &scheduler),
-        Command::Controller { config } => crate::controller::run(&config),
+        Command::Controller {
+            config,
+            check: false,
+        } => crate::controller::run(&config),
+        Command::Controller {
+            config,
+            check: true,
+        } => crate::controller::check(&config),
         Command::Status { admin, json, watch } => {
             crate::control::admin_client::status(&admin, json, watch)
         }

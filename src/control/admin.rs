@@ -29,6 +29,7 @@ use crate::control::command::DriverCommand;
 use crate::control::metrics::Metrics;
 use crate::control::pacing_control::{PacingControl, PutError};
 use crate::control::status::{Status, StatusBoard};
+use crate::core::field_error::FieldError;
 use crate::core::pacing_table::PacingTable;
 
 /// The largest request body taken: a table of 10,000 applications is about 2 MB.
@@ -72,16 +73,18 @@ impl Admin {
 
 /// Reads `admin.token_file`: its first line, which must not be empty.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    read_token_named(path, "admin.token_file")
+    Ok(read_token_named(path, "admin.token_file")?)
 }
 
 /// Reads a token file's first line, which must not be empty; errors begin with
 /// `key`, the setting that named the file.
-pub fn read_token_named(path: &std::path::Path, key: &str) -> anyhow::Result<String> {
+pub fn read_token_named(path: &std::path::Path, key: &str) -> Result<String, FieldError> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{key}: cannot read {}", path.display()))?;
+        .map_err(|e| FieldError::new(key, format!("cannot read {}: {e}", path.display())))?;
     let token = text.lines().next().unwrap_or("").trim().to_string();
-    anyhow::ensure!(!token.is_empty(), "{key}: {} is empty", path.display());
+    if token.is_empty() {
+        return Err(FieldError::new(key, format!("{} is empty", path.display())));
+    }
     Ok(token)
 }
 

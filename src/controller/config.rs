@@ -24,6 +24,17 @@ pub enum Solver {
     Fast,
 }
 
+impl Solver {
+    /// Its name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Solver::Auto => "auto",
+            Solver::Exact => "exact",
+            Solver::Fast => "fast",
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {

@@ -42,11 +42,12 @@ pub enum PushOutcome {
 }
 
 impl Gateway {
-    /// The gateway of `config`, with its token read from its file.
-    pub fn new(config: &config::Gateway) -> anyhow::Result<Gateway> {
+    /// The gateway of `config` (the configuration's `gateways[index]`), with its token
+    /// read from its file.
+    pub fn new(config: &config::Gateway, index: usize) -> anyhow::Result<Gateway> {
         let token = crate::control::admin::read_token_named(
             &config.token_file,
-            &format!("gateways[].token_file of {}", config.url),
+            &format!("gateways[{index}].token_file"),
         )?;
         Ok(Gateway {
             url: config.url.clone(),

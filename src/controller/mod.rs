@@ -24,9 +24,35 @@ use crate::clock::Clock;
 use crate::core::allocation::plan::{self, Direction};
 use crate::core::allocation::{self, Allocation, EXACT_SHARE_OF_PERIOD, Method, exact, fast};
 use crate::core::retry::Retry;
+use crate::notify::Notifier;
 use config::{ControllerConfig, Solver};
 use fleet::{Gateway, Observed, PushOutcome};
 use serve::Metrics;
+
+/// Checks a configuration and the token files it names; prints what it would run.
+pub fn check(config: &Path) -> anyhow::Result<()> {
+    let config = ControllerConfig::load(config)?;
+    fleet(&config)?;
+    let classes: Vec<&str> = config
+        .settings
+        .classes
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    println!(
+        "controller on {}: {} gateways, every {} ms, solver {}, classes {} (default {})",
+        config.listen,
+        config.gateways.len(),
+        config.period.as_millis(),
+        config.solver.as_str(),
+        classes.join(", "),
+        classes[config.settings.default_class],
+    );
+    for g in &config.gateways {
+        println!("gateway {} (token {})", g.url, g.token_file.display());
+    }
+    Ok(())
+}
 
 /// Runs the controller until interrupted (SIGINT or SIGTERM).
 pub fn run(config: &Path) -> anyhow::Result<()> {
@@ -42,6 +68,8 @@ pub fn run(config: &Path) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("listen: binding {}", config.listen))?;
             tokio::spawn(serve::serve(listener, metrics.clone()));
+            let notifier = Notifier::from_env();
+            notifier.ready();
             tracing::info!(
                 gateways = config.gateways.len(),
                 period_ms = config.period.as_millis() as u64,
@@ -49,7 +77,7 @@ pub fn run(config: &Path) -> anyhow::Result<()> {
                 config.listen
             );
             tokio::select! {
-                r = control(&config, &metrics) => r,
+                r = control(&config, &metrics, &notifier) => r,
                 _ = shutdown() => {
                     tracing::info!("controller stopping; the gateways keep their tables");
                     Ok(())
@@ -74,13 +102,13 @@ async fn shutdown() {
 }
 
 /// The controller's loop: one cycle per period.
-async fn control(config: &ControllerConfig, metrics: &Metrics) -> anyhow::Result<()> {
+async fn control(
+    config: &ControllerConfig,
+    metrics: &Metrics,
+    notifier: &Notifier,
+) -> anyhow::Result<()> {
     let clock = Clock::new();
-    let gateways: Vec<Gateway> = config
-        .gateways
-        .iter()
-        .map(Gateway::new)
-        .collect::<anyhow::Result<_>>()?;
+    let gateways = fleet(config)?;
     let mut retries = vec![Retry::default(); gateways.len()];
     let mut ticker = tokio::time::interval(config.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -114,11 +142,23 @@ async fn control(config: &ControllerConfig, metrics: &Metrics) -> anyhow::Result
                 }
             }
         }
-        metrics.cycle(observed.iter().flatten().count(), gateways.len());
+        let answered = observed.iter().flatten().count();
+        metrics.cycle(answered, gateways.len());
+        notifier.status(&format!("{answered} of {} gateways answer", gateways.len()));
         for (site, at) in sites(&observed) {
             allocate_site(config, metrics, &gateways, &observed, &site, at).await;
         }
     }
+}
+
+/// The configuration's gateways, with their tokens.
+fn fleet(config: &ControllerConfig) -> anyhow::Result<Vec<Gateway>> {
+    config
+        .gateways
+        .iter()
+        .enumerate()
+        .map(|(i, g)| Gateway::new(g, i))
+        .collect()
 }
 
 /// Where each site was seen: its entry's gateway index (the one whose role is
@@ -196,10 +236,17 @@ async fn allocate_site(
         down.as_ref(),
         &config.settings,
     );
-    if table.apps == current.apps && table.duplicate_kbps == current.duplicate_kbps {
-        return;
-    }
+    // Each gateway whose table differs gets it, as replacing the version this
+    // controller saw there: one that took another table meanwhile refuses it.
     for g in [at.entry, at.exit].into_iter().flatten() {
+        let Some(there) = observed[g].as_ref().map(|o| &o.sites[site].table) else {
+            continue;
+        };
+        if table.apps == there.apps && table.duplicate_kbps == there.duplicate_kbps {
+            continue;
+        }
+        let mut table = table.clone();
+        table.replaces = Some(there.version);
         match gateways[g].push(site, &table).await {
             Ok(PushOutcome::Taken) => metrics.pushed(&gateways[g].url),
             Ok(PushOutcome::Refused(reason)) => {
