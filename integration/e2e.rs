@@ -2434,44 +2434,85 @@ fn flows_with_deadlines_are_counted_met_and_missed_as_the_gateway_passes_their_b
 }
 
 #[test]
-fn the_controller_gives_an_applications_flows_their_rate_and_its_death_changes_nothing() {
-    // One site over two uplinks of 20 Mbit/s; the controller, in the entry's
-    // namespace, allocates every 500 ms. An application without flows is left alone;
-    // once an upload runs, its table entry gets a computed rate within a few periods;
-    // killed, the controller leaves the gateway's table as it was.
-    let mut tb = Testbed::up("e2ectl", &[("RATES", "20 20")]);
+fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_second_one_takes_over_only_when_it_stops()
+ {
+    // One site over two uplinks of 20 Mbit/s. Controller A, in the entry's namespace,
+    // reads the entry and the exit (its admin API on every address) every 500 ms.
+    // The table put to the entry alone reaches the exit too; an application without
+    // flows gets no rate; once an upload runs, both gateways' tables give it its
+    // computed rate within a few periods. A second controller, B, leaves the site to
+    // A while A renews its table, and takes it over once A is killed; killed too,
+    // the gateways keep their tables.
+    let mut tb = Testbed::up(
+        "e2ectl",
+        &[("RATES", "20 20"), ("EXIT_ADMIN_LISTEN", "0.0.0.0:9190")],
+    );
     tb.start();
     put_table_by_cli(
         &tb,
         r#"{"version": 1, "apps": [{"name": "bulk",
             "match": {"proto": "tcp", "remote_ports": "5201"}, "utility": "download"}]}"#,
     );
-    let config = tb.path("controller.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "period_ms = 500\nsolver = \"exact\"\n[[gateways]]\nurl = \"http://127.0.0.1:9190\"\ntoken_file = \"{}\"\n",
-            tb.path("admin.token").display()
-        ),
-    )
-    .expect("write the controller's configuration");
-    let controller = tb.spawn(
-        "en",
-        &[
-            braid_bin(),
-            "controller",
-            "--config",
-            &config.display().to_string(),
-        ],
-        Ready::Listens(9290),
-    );
-    let table = |tb: &Testbed| -> serde_json::Value {
-        let (status, body) = tb.admin_get("en", "/v1/sites/site1/pacing");
+    let controller = |tb: &mut Testbed, name: &str, port: u16| -> usize {
+        let config = tb.path(&format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\nperiod_ms = 500\nsolver = \"exact\"\n\
+                 [[gateways]]\nurl = \"http://127.0.0.1:9190\"\ntoken_file = \"admin.token\"\n\
+                 [[gateways]]\nurl = \"http://198.19.200.1:9190\"\ntoken_file = \"admin.token\"\n"
+            ),
+        )
+        .expect("write the controller's configuration");
+        tb.spawn(
+            "en",
+            &[
+                braid_bin(),
+                "controller",
+                "--config",
+                &config.display().to_string(),
+            ],
+            Ready::Listens(port),
+        )
+    };
+    let table = |tb: &Testbed, role: &str| -> serde_json::Value {
+        let (status, body) = tb.admin_get(role, "/v1/sites/site1/pacing");
         assert_eq!(status, 200, "{body}");
         serde_json::from_str(&body).expect("JSON")
     };
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(table(&tb)["version"], 1, "no flows, nothing to allocate");
+    let metrics = |tb: &Testbed, port: u16| -> String {
+        tb.ok(
+            "en",
+            &[
+                "python3",
+                "-c",
+                &format!("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"),
+            ],
+        )
+    };
+    let kill = |tb: &Testbed, handle: usize| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(tb.child_pid(handle) as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill a controller");
+    };
+    let a = controller(&mut tb, "ctl-a", 9290);
+    let synced = eventually(Duration::from_secs(3), || {
+        table(&tb, "ex")["apps"][0]["name"] == "bulk"
+    });
+    assert!(
+        synced,
+        "the exit did not get the entry's table: {}",
+        table(&tb, "ex")
+    );
+    for role in ["en", "ex"] {
+        let t = table(&tb, role);
+        assert!(
+            t["apps"][0]["rate_up_kbps"].is_null(),
+            "no flows, no rate: {t}"
+        );
+    }
     let server = tb.spawn(
         "sv",
         &["iperf3", "-s", "-1", "-p", "5201"],
@@ -2479,45 +2520,76 @@ fn the_controller_gives_an_applications_flows_their_rate_and_its_death_changes_n
     );
     let upload = tb.spawn(
         "cl",
-        &["iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "6"],
+        &["iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "14"],
         Ready::Now,
     );
     let started = std::time::Instant::now();
-    let mut seen = serde_json::Value::Null;
-    // The gateway reports flows once a second; then within two periods.
+    let mut seen = [serde_json::Value::Null, serde_json::Value::Null];
+    // The gateways report flows once a second; then within two periods.
     let allocated = eventually(Duration::from_secs(4), || {
-        seen = table(&tb);
-        seen["apps"][0]["rate_up_kbps"].is_u64()
+        seen = [table(&tb, "en"), table(&tb, "ex")];
+        seen.iter().all(|t| t["apps"][0]["rate_up_kbps"].is_u64())
     });
-    assert!(allocated, "the upload's application got no rate: {seen}");
-    println!("allocated after {:?}: {seen}", started.elapsed());
-    // A download's best level (5 Mbit/s) fits twice over in 40 Mbit/s.
-    assert_eq!(seen["apps"][0]["rate_up_kbps"], 5000, "{seen}");
-    assert_eq!(seen["apps"][0]["utility"], "download", "{seen}");
-    let metrics = tb.ok(
-        "en",
-        &[
-            "python3",
-            "-c",
-            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9290/metrics').read().decode())",
-        ],
-    );
+    assert!(allocated, "the upload's application got no rate: {seen:?}");
+    println!("allocated after {:?}: {seen:?}", started.elapsed());
+    for t in &seen {
+        // A download's best level (5 Mbit/s) fits twice over in 40 Mbit/s.
+        assert_eq!(t["apps"][0]["rate_up_kbps"], 5000, "{t}");
+        assert_eq!(t["apps"][0]["rate_down_kbps"], 5000, "{t}");
+        assert_eq!(t["apps"][0]["utility"], "download", "{t}");
+        assert_eq!(t["controller"], "ctl-a", "{t}");
+    }
+    let pushes = |m: &str| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with("braid_controller_pushes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(pushes(&metrics(&tb, 9290)) >= 2.0, "{}", metrics(&tb, 9290));
+
+    // B finds the site A's, and A renewing it (every second): it leaves it alone.
+    let b = controller(&mut tb, "ctl-b", 9291);
+    std::thread::sleep(Duration::from_millis(2500));
+    let m = metrics(&tb, 9291);
     assert!(
-        metrics.contains("braid_controller_pushes_total{gateway=\"http://127.0.0.1:9190\"} 1"),
-        "{metrics}"
+        m.contains("braid_controller_sites{state=\"held\"} 1"),
+        "{m}"
     );
-    let version = seen["version"].clone();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(tb.child_pid(controller) as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill the controller");
+    assert_eq!(pushes(&m), 0.0, "{m}");
+    assert_eq!(table(&tb, "en")["controller"], "ctl-a");
+
+    // A stops: 3 s (six periods) after its last renewal B takes the site, and with
+    // the same catalogue the rates stay.
+    kill(&tb, a);
+    let killed = std::time::Instant::now();
+    let taken = eventually(Duration::from_secs(6), || {
+        seen = [table(&tb, "en"), table(&tb, "ex")];
+        seen.iter().all(|t| t["controller"] == "ctl-b")
+    });
+    assert!(taken, "B did not take the site over: {seen:?}");
+    println!("taken over {:?} after A was killed", killed.elapsed());
+    assert!(killed.elapsed() >= Duration::from_millis(1500), "too early");
+    for t in &seen {
+        assert_eq!(t["apps"][0]["rate_up_kbps"], 5000, "{t}");
+    }
+    let m = metrics(&tb, 9291);
+    assert!(m.contains("braid_controller_sites{state=\"own\"} 1"), "{m}");
+
+    // B killed too: the gateways keep what they have.
+    kill(&tb, b);
+    let versions = [
+        table(&tb, "en")["version"].clone(),
+        table(&tb, "ex")["version"].clone(),
+    ];
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
-        table(&tb)["version"],
-        version,
-        "the gateway keeps its table"
+        [
+            table(&tb, "en")["version"].clone(),
+            table(&tb, "ex")["version"].clone()
+        ],
+        versions,
+        "the gateways keep their tables"
     );
-    tb.wait(upload, Duration::from_secs(10));
+    tb.wait(upload, Duration::from_secs(15));
     tb.wait(server, Duration::from_secs(5));
 }

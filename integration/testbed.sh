@@ -33,6 +33,9 @@
 #                      pacing.background_method and _interval_ms of both gateways
 #   EXIT_THREADS=N     listen.threads of the exit (its data-path threads); unset,
 #                      the key is left out (one per core, at most one per site)
+#   EXIT_ADMIN_LISTEN=0.0.0.0:9190  admin.listen of the exit (default 127.0.0.1:9190);
+#                      on every address, the entry's namespace reaches it at the
+#                      exit's service address (a controller there reads both)
 #
 # Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
 #   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
@@ -197,7 +200,7 @@ $([ -z "${EXIT_THREADS:-}" ] || echo "threads = $EXIT_THREADS")
 [scheduler]
 algorithm = "${SCHEDULER:-afmt}"
 [admin]
-listen = "127.0.0.1:9190"
+listen = "${EXIT_ADMIN_LISTEN:-127.0.0.1:9190}"
 token_file = "admin.token"
 [pacing]
 state_file = "pacing-exit.json"

@@ -204,10 +204,18 @@ impl PacingControl {
             return Err(PutError::NotReplacing { current, replaces });
         }
         let previous = tables.insert(site.to_string(), table.clone());
+        // A table that changes only its version and writer (a controller renewing
+        // it) leaves the data path as it is: flows keep their pacers and deadlines.
+        let same_apps = previous
+            .as_ref()
+            .is_some_and(|p| p.apps == table.apps && p.duplicate_kbps == table.duplicate_kbps);
         let mut persisted = false;
         let outcome = async {
             self.persist(&tables).await?;
             persisted = true;
+            if same_apps {
+                return Ok(());
+            }
             let (done, applied) = oneshot::channel();
             let command = DriverCommand::ApplyPacing {
                 site: idx,
@@ -285,8 +293,10 @@ mod tests {
     }
 
     fn table(version: u64) -> PacingTable {
-        let json =
-            format!(r#"{{"version": {version}, "apps": [{{"name": "a", "rate_up_kbps": 10}}]}}"#);
+        let rate = version * 10;
+        let json = format!(
+            r#"{{"version": {version}, "apps": [{{"name": "a", "rate_up_kbps": {rate}}}]}}"#
+        );
         PacingTable::parse(json.as_bytes()).expect("valid")
     }
 
@@ -387,6 +397,32 @@ mod tests {
         let moved = load_state(&new, &["site1".to_string()]).expect("the new file");
         assert_eq!(moved.get("site1"), Some(&table(4)), "written at once");
         std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[tokio::test]
+    async fn a_renewed_table_is_kept_without_disturbing_the_data_path() {
+        let (commands, mut driver) = mpsc::channel(1);
+        let mut tables = Tables::new();
+        tables.insert("site1".into(), table(3));
+        let control =
+            PacingControl::new(vec!["site1".into()], tables, None, commands, Arc::default());
+        let mut renewed = table(3);
+        renewed.version = 4;
+        renewed.replaces = Some(3);
+        renewed.controller = Some("ctl-b".into());
+        control.put("site1", renewed).await.expect("taken");
+        assert!(driver.try_recv().is_err(), "nothing for the data path");
+        let now = control.get("site1").await.expect("site1");
+        assert_eq!((now.version, now.controller.as_deref()), (4, Some("ctl-b")));
+        // A change of the applications goes to the data path as ever.
+        let applier = tokio::spawn(async move {
+            match driver.recv().await {
+                Some(DriverCommand::ApplyPacing { done, .. }) => done.send(()).is_ok(),
+                _ => false,
+            }
+        });
+        control.put("site1", table(5)).await.expect("taken");
+        assert!(applier.await.expect("applier"), "applied");
     }
 
     #[tokio::test]

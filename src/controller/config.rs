@@ -13,6 +13,7 @@ use crate::core::allocation::plan::Settings;
 use crate::core::allocation::utility::UtilityFunction;
 use crate::core::field_error::FieldError;
 use crate::core::lane::Colour;
+use crate::core::pacing_table::{MAX_CONTROLLER_LEN, is_controller_name};
 
 /// Which solver allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +39,14 @@ impl Solver {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
+    #[serde(default)]
+    name: Option<String>,
     #[serde(default = "default_listen")]
     listen: SocketAddr,
     #[serde(default = "default_period_ms")]
     period_ms: u64,
+    #[serde(default)]
+    takeover_after_ms: Option<u64>,
     #[serde(default = "default_epsilon")]
     epsilon: f64,
     #[serde(default = "default_solver")]
@@ -108,8 +113,13 @@ pub struct Gateway {
 /// A validated controller configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ControllerConfig {
+    /// How its tables name it (`controller`).
+    pub name: String,
     pub listen: SocketAddr,
     pub period: Duration,
+    /// How long a table another controller wrote must stand still before this one
+    /// takes its site over (`core::allocation::lease`).
+    pub takeover_after: Duration,
     pub solver: Solver,
     pub gateways: Vec<Gateway>,
     pub settings: Settings,
@@ -145,6 +155,28 @@ fn validate(raw: RawConfig, base: &Path) -> Result<ControllerConfig, FieldError>
         return Err(FieldError::new(
             "period_ms",
             format!("must be {MIN_PERIOD_MS} to {MAX_PERIOD_MS}"),
+        ));
+    }
+    // Renewed every third of it, seen within a period each side: four periods at least.
+    let takeover_after_ms = raw.takeover_after_ms.unwrap_or(6 * raw.period_ms);
+    if takeover_after_ms < 4 * raw.period_ms {
+        return Err(FieldError::new(
+            "takeover_after_ms",
+            format!("must be at least 4 periods ({} ms)", 4 * raw.period_ms),
+        ));
+    }
+    let name = match raw.name {
+        Some(name) => name,
+        None => host_name().ok_or_else(|| {
+            FieldError::new("name", "the host name cannot name the controller: set one")
+        })?,
+    };
+    if !is_controller_name(&name) {
+        return Err(FieldError::new(
+            "name",
+            format!(
+                "{name:?}: must be 1 to {MAX_CONTROLLER_LEN} bytes of letters, digits, -, _ and ."
+            ),
         ));
     }
     let solver = match raw.solver.as_str() {
@@ -193,8 +225,10 @@ fn validate(raw: RawConfig, base: &Path) -> Result<ControllerConfig, FieldError>
             )
         })?;
     Ok(ControllerConfig {
+        name,
         listen: raw.listen,
         period: Duration::from_millis(raw.period_ms),
+        takeover_after: Duration::from_millis(takeover_after_ms),
         solver,
         gateways,
         settings: Settings {
@@ -206,6 +240,12 @@ fn validate(raw: RawConfig, base: &Path) -> Result<ControllerConfig, FieldError>
             queue_ms: raw.queue_ms,
         },
     })
+}
+
+/// This machine's name, if it can name a controller.
+fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_string()).filter(|n| is_controller_name(n))
 }
 
 /// The default catalogue (VoIP and the terminal green) with the file's classes: one
@@ -309,6 +349,13 @@ mod tests {
         assert_eq!(c.settings.colours[4], Some(Colour::Green));
         assert_eq!(c.settings.default_class, 1);
         assert_eq!(c.settings.epsilon, 0.3);
+        // Six periods before taking over another controller's site; named after
+        // the host unless named.
+        assert_eq!(c.takeover_after, Duration::from_secs(12));
+        assert_eq!(Some(c.name), host_name());
+        let named = parse("name = \"ctl-b\"\ntakeover_after_ms = 60000").unwrap();
+        assert_eq!(named.name, "ctl-b");
+        assert_eq!(named.takeover_after, Duration::from_secs(60));
     }
 
     #[test]
@@ -332,6 +379,14 @@ mod tests {
                 "classes[0].utility[0][0]: must be 1 to 5",
             ),
             ("epsilon = 7.0", "epsilon: must be 0 to 4"),
+            (
+                "period_ms = 1000\ntakeover_after_ms = 3000",
+                "takeover_after_ms: must be at least 4 periods (4000 ms)",
+            ),
+            (
+                "name = \"ctl b\"",
+                "name: \"ctl b\": must be 1 to 64 bytes of letters, digits, -, _ and .",
+            ),
             (
                 "solver = \"genetic\"",
                 "solver: must be auto, exact or fast",

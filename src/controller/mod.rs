@@ -21,9 +21,12 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::clock::Clock;
+use crate::core::allocation::lease::{Leases, Standing};
 use crate::core::allocation::plan::{self, Direction};
 use crate::core::allocation::{self, Allocation, EXACT_SHARE_OF_PERIOD, Method, exact, fast};
+use crate::core::pacing_table::PacingTable;
 use crate::core::retry::Retry;
+use crate::core::time::Instant;
 use crate::notify::Notifier;
 use config::{ControllerConfig, Solver};
 use fleet::{Gateway, Observed, PushOutcome};
@@ -57,6 +60,7 @@ pub fn check(config: &Path) -> anyhow::Result<()> {
 /// Runs the controller until interrupted (SIGINT or SIGTERM).
 pub fn run(config: &Path) -> anyhow::Result<()> {
     let config = ControllerConfig::load(config)?;
+    open_files_for(config.gateways.len());
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -110,6 +114,7 @@ async fn control(
     let clock = Clock::new();
     let gateways = fleet(config)?;
     let mut retries = vec![Retry::default(); gateways.len()];
+    let mut leases = Leases::new(config.name.clone(), config.takeover_after);
     let mut ticker = tokio::time::interval(config.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -145,9 +150,53 @@ async fn control(
         let answered = observed.iter().flatten().count();
         metrics.cycle(answered, gateways.len());
         notifier.status(&format!("{answered} of {} gateways answer", gateways.len()));
-        for (site, at) in sites(&observed) {
-            allocate_site(config, metrics, &gateways, &observed, &site, at).await;
+        let sites = sites(&observed);
+        // Solving takes up to a quarter of the period per site: off the runtime's
+        // other tasks (the /metrics and /healthz answers) meanwhile.
+        let (puts, held) = tokio::task::block_in_place(|| {
+            let mut puts = Vec::new();
+            let mut held = 0;
+            for (site, at) in &sites {
+                let seen = Seen {
+                    observed: &observed,
+                    site,
+                    at: *at,
+                };
+                match allocate_site(config, metrics, &mut leases, &seen, clock.now()) {
+                    Some(site_puts) => puts.extend(site_puts),
+                    None => held += 1,
+                }
+            }
+            (puts, held)
+        });
+        metrics.sites(sites.len() - held, held);
+        put_all(&gateways, metrics, puts).await;
+        metrics.cycle_took(clock.now().saturating_since(now));
+        // A site gone from every gateway that answered is forgotten; one whose
+        // gateways did not answer keeps its place.
+        if observed.iter().all(Option::is_some) {
+            leases.retain(|site| sites.contains_key(site));
         }
+    }
+}
+
+/// Each gateway read or put at once takes a socket: a fleet of more than the usual
+/// soft limit of 1,024 needs the hard limit, which is raised to where it allows.
+fn open_files_for(gateways: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let wanted = gateways as u64 + 64;
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < wanted => {
+            let raised = wanted.min(hard);
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, raised, hard) {
+                tracing::warn!("cannot raise the open files limit to {raised}: {e}");
+            } else if raised < wanted {
+                tracing::warn!(
+                    "{gateways} gateways, but at most {hard} open files: some reads will fail"
+                );
+            }
+        }
+        _ => {}
     }
 }
 
@@ -185,18 +234,37 @@ fn sites(observed: &[Option<Observed>]) -> BTreeMap<String, SiteAt> {
     sites
 }
 
-/// Allocates one site and puts its table where it changed.
-async fn allocate_site(
+/// A site as this cycle saw it.
+struct Seen<'a> {
+    observed: &'a [Option<Observed>],
+    site: &'a str,
+    at: SiteAt,
+}
+
+/// A table to put to a gateway (by index) for a site.
+struct Put {
+    gateway: usize,
+    site: String,
+    table: PacingTable,
+}
+
+/// Tables put to more gateways than this at once wait for a slot: a fleet's worth of
+/// connections at once would only queue in the kernel.
+const PUTS_AT_ONCE: usize = 256;
+
+/// Allocates one site: the tables to put where they changed (or are to be renewed),
+/// or `None` if another controller allocates it.
+fn allocate_site(
     config: &ControllerConfig,
     metrics: &Metrics,
-    gateways: &[Gateway],
-    observed: &[Option<Observed>],
-    site: &str,
-    at: SiteAt,
-) {
+    leases: &mut Leases,
+    seen_site: &Seen<'_>,
+    now: Instant,
+) -> Option<Vec<Put>> {
+    let Seen { observed, site, at } = *seen_site;
     // The site's uplinks are the entry's; without it there is nothing to allocate.
     let Some(entry) = at.entry.and_then(|g| observed[g].as_ref()) else {
-        return;
+        return Some(Vec::new());
     };
     let exit = at.exit.and_then(|g| observed[g].as_ref());
     let seen = &entry.sites[site];
@@ -205,6 +273,27 @@ async fn allocate_site(
         Some(other) if other.table.version > seen.table.version => &other.table,
         _ => &seen.table,
     };
+    let renew = match leases.standing(site, current.version, current.controller.as_deref(), now) {
+        Standing::Held { by, first } => {
+            if first {
+                tracing::info!(
+                    site,
+                    "controller {by} allocates the site; left to it while it renews its table (taken over after {:?} without)",
+                    config.takeover_after
+                );
+            }
+            return None;
+        }
+        Standing::TakeOver { from } => {
+            tracing::warn!(
+                site,
+                "taking the site over from controller {from}: its table has not changed for {:?}",
+                config.takeover_after
+            );
+            true
+        }
+        Standing::Mine { renew } => renew,
+    };
     let active: Vec<bool> = current
         .apps
         .iter()
@@ -212,56 +301,72 @@ async fn allocate_site(
         .collect();
     let uplinks = plan::uplinks(&entry.lanes(site), exit.map(|e| e.lanes(site)).as_deref());
     if uplinks.is_empty() {
-        return;
+        return Some(Vec::new());
     }
     let directions = match plan::directions(current, &active, &uplinks, &config.settings) {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(site, "the site's table cannot be allocated: {e}");
-            return;
+            return Some(Vec::new());
         }
     };
-    // Solving takes up to a quarter of the period: off the runtime's other tasks
-    // (the /metrics and /healthz answers) meanwhile.
-    let [up, down] = tokio::task::block_in_place(|| {
-        [0, 1].map(|d| {
-            let a = solve(config, metrics, site, &directions[d], ["up", "down"][d]);
-            a.filter(|_| !directions[d].apps.is_empty())
-        })
+    let [up, down] = [0, 1].map(|d| {
+        let a = solve(config, metrics, site, &directions[d], ["up", "down"][d]);
+        a.filter(|_| !directions[d].apps.is_empty())
     });
-    let table = plan::table(
+    let mut table = plan::table(
         current,
         &directions,
         up.as_ref(),
         down.as_ref(),
         &config.settings,
     );
-    // Each gateway whose table differs gets it, as replacing the version this
-    // controller saw there: one that took another table meanwhile refuses it.
+    table.controller = Some(config.name.clone());
+    // Each gateway whose table differs (or is to be renewed) gets it, as replacing
+    // the version this controller saw there: one that took another table meanwhile
+    // refuses it.
+    let mut puts = Vec::new();
     for g in [at.entry, at.exit].into_iter().flatten() {
         let Some(there) = observed[g].as_ref().map(|o| &o.sites[site].table) else {
             continue;
         };
-        if table.apps == there.apps && table.duplicate_kbps == there.duplicate_kbps {
+        if !renew && table.apps == there.apps && table.duplicate_kbps == there.duplicate_kbps {
             continue;
         }
         let mut table = table.clone();
         table.replaces = Some(there.version);
-        match gateways[g].push(site, &table).await {
-            Ok(PushOutcome::Taken) => metrics.pushed(&gateways[g].url),
-            Ok(PushOutcome::Refused(reason)) => {
-                metrics.push_failed(&gateways[g].url, "refused");
-                tracing::warn!(
-                    gateway = %gateways[g].url, site,
-                    "the gateway refused the table (another controller's may have come first): {reason}"
-                );
-            }
-            Err(e) => {
-                metrics.push_failed(&gateways[g].url, "error");
-                tracing::warn!(gateway = %gateways[g].url, site, "putting the table: {e:#}");
-            }
-        }
+        puts.push(Put {
+            gateway: g,
+            site: site.to_string(),
+            table,
+        });
     }
+    Some(puts)
+}
+
+/// Puts the tables, many at once: a gateway slow to answer holds up no other.
+async fn put_all(gateways: &[Gateway], metrics: &Metrics, puts: Vec<Put>) {
+    use futures::StreamExt;
+    futures::stream::iter(puts)
+        .for_each_concurrent(PUTS_AT_ONCE, |put| async move {
+            let gateway = &gateways[put.gateway];
+            let site = put.site.as_str();
+            match gateway.push(site, &put.table).await {
+                Ok(PushOutcome::Taken) => metrics.pushed(&gateway.url),
+                Ok(PushOutcome::Refused(reason)) => {
+                    metrics.push_failed(&gateway.url, "refused");
+                    tracing::warn!(
+                        gateway = %gateway.url, site,
+                        "the gateway refused the table (another controller's may have come first): {reason}"
+                    );
+                }
+                Err(e) => {
+                    metrics.push_failed(&gateway.url, "error");
+                    tracing::warn!(gateway = %gateway.url, site, "putting the table: {e:#}");
+                }
+            }
+        })
+        .await;
 }
 
 /// One direction's allocation by the configured solver; `auto` runs both where the

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus::{Encoder, GaugeVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
 
 use crate::control::admin::{HEADER_TIMEOUT, MAX_CONNECTIONS};
 use crate::core::allocation::Allocation;
@@ -26,6 +28,8 @@ pub struct Metrics {
     min_utility: GaugeVec,
     total_utility: GaugeVec,
     fast_gap: GaugeVec,
+    sites: IntGaugeVec,
+    cycle_seconds: Gauge,
     /// Gateways that answered in the last cycle, and how many there are.
     answered: AtomicUsize,
     fleet: AtomicUsize,
@@ -83,6 +87,17 @@ impl Metrics {
                 ),
                 site_direction,
             )?,
+            sites: IntGaugeVec::new(
+                Opts::new(
+                    "sites",
+                    "Sites in the last cycle: allocated by this controller (own) or left to another that keeps renewing its table (held)",
+                ),
+                &["state"],
+            )?,
+            cycle_seconds: Gauge::new(
+                "cycle_seconds",
+                "How long the last cycle took: reading every gateway, allocating every site, putting the tables",
+            )?,
             registry,
             answered: AtomicUsize::new(0),
             fleet: AtomicUsize::new(0),
@@ -95,6 +110,8 @@ impl Metrics {
         m.registry.register(Box::new(m.min_utility.clone()))?;
         m.registry.register(Box::new(m.total_utility.clone()))?;
         m.registry.register(Box::new(m.fast_gap.clone()))?;
+        m.registry.register(Box::new(m.sites.clone()))?;
+        m.registry.register(Box::new(m.cycle_seconds.clone()))?;
         Ok(m)
     }
 
@@ -102,6 +119,16 @@ impl Metrics {
         self.cycles.inc();
         self.answered.store(answered, Ordering::Relaxed);
         self.fleet.store(fleet, Ordering::Relaxed);
+    }
+
+    pub fn cycle_took(&self, took: Duration) {
+        self.cycle_seconds.set(took.as_secs_f64());
+    }
+
+    /// The sites of the last cycle this controller allocated and left to another.
+    pub fn sites(&self, own: usize, held: usize) {
+        self.sites.with_label_values(&["own"]).set(own as i64);
+        self.sites.with_label_values(&["held"]).set(held as i64);
     }
 
     pub fn gateway_up(&self, gateway: &str, up: bool) {

@@ -82,6 +82,24 @@ pub struct PacingTable {
     /// sends for the site, in kbit/s; absent: [`DEFAULT_DUPLICATE_KBPS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_kbps: Option<u64>,
+    /// The `braid controller` that wrote the table, by its `name`: another controller
+    /// leaves the site to it while it keeps renewing the table
+    /// (`core::allocation::lease`). The gateway keeps and reports it, nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+}
+
+/// The longest name of a controller (`controller`).
+pub const MAX_CONTROLLER_LEN: usize = 64;
+
+/// Whether `name` may name a controller: 1 to [`MAX_CONTROLLER_LEN`] bytes of ASCII
+/// letters, digits, `-`, `_` and `.` (a host name will do).
+pub fn is_controller_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_CONTROLLER_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// The duplication budget of a site whose table gives none: a dozen calls of 64
@@ -351,6 +369,16 @@ impl PacingTable {
             return Err(refuse(
                 "replaces",
                 format!("must be below the table's version, {}", self.version),
+            ));
+        }
+        if self
+            .controller
+            .as_deref()
+            .is_some_and(|c| !is_controller_name(c))
+        {
+            return Err(refuse(
+                "controller",
+                format!("must be 1 to {MAX_CONTROLLER_LEN} bytes of letters, digits, -, _ and ."),
             ));
         }
         if self.duplicate_kbps.is_some_and(|k| k > MAX_RATE_KBPS) {
@@ -733,6 +761,27 @@ mod tests {
             error(r#"{"version": 1, "apps": [{"name": "a", "utility": ""}]}"#),
             "apps[0].utility: must be 1 to 32 characters of a-z, 0-9, - and _"
         );
+    }
+
+    #[test]
+    fn a_table_names_the_controller_that_wrote_it_and_keeps_the_name() {
+        let t =
+            PacingTable::parse(br#"{"version": 3, "controller": "ctl-a.example.net"}"#).unwrap();
+        assert_eq!(t.controller.as_deref(), Some("ctl-a.example.net"));
+        let kept = serde_json::to_string(&t).unwrap();
+        assert!(
+            kept.contains(r#""controller":"ctl-a.example.net""#),
+            "{kept}"
+        );
+        let unnamed = serde_json::to_string(&PacingTable::default()).unwrap();
+        assert!(!unnamed.contains("controller"), "{unnamed}");
+        let long = "c".repeat(65);
+        for bad in ["", "a b", &long] {
+            assert_eq!(
+                error(&format!(r#"{{"version": 1, "controller": "{bad}"}}"#)),
+                "controller: must be 1 to 64 bytes of letters, digits, -, _ and ."
+            );
+        }
     }
 
     #[test]

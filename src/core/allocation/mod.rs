@@ -21,6 +21,7 @@ pub mod catalogue;
 mod cells;
 pub mod exact;
 pub mod fast;
+pub mod lease;
 pub mod plan;
 pub mod utility;
 
