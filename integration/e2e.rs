@@ -2096,6 +2096,13 @@ fn put_table_by_cli(tb: &Testbed, table: &str) {
     }
 }
 
+/// Site1's table at a gateway.
+fn table_at(tb: &Testbed, role: &str) -> serde_json::Value {
+    let (status, body) = tb.admin_get(role, "/v1/sites/site1/pacing");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
 /// Waits until `braid status` at the entry shows `text`: the applications' figures
 /// are reported once a second.
 fn entry_status_shows(tb: &Testbed, text: &str) {
@@ -2448,11 +2455,17 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
         &[("RATES", "20 20"), ("EXIT_ADMIN_LISTEN", "0.0.0.0:9190")],
     );
     tb.start();
-    put_table_by_cli(
-        &tb,
-        r#"{"version": 1, "apps": [{"name": "bulk",
+    let token = std::fs::read_to_string(tb.path("admin.token")).expect("token");
+    let (status, body) = tb.admin_request(
+        "en",
+        "PUT",
+        "/v1/sites/site1/pacing",
+        Some(token.trim()),
+        br#"{"version": 1, "apps": [{"name": "bulk",
             "match": {"proto": "tcp", "remote_ports": "5201"}, "utility": "download"}]}"#,
     );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(table_at(&tb, "ex")["version"], 0, "the exit has no table yet");
     let controller = |tb: &mut Testbed, name: &str, port: u16| -> usize {
         let config = tb.path(&format!("{name}.toml"));
         std::fs::write(
@@ -2475,11 +2488,7 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
             Ready::Listens(port),
         )
     };
-    let table = |tb: &Testbed, role: &str| -> serde_json::Value {
-        let (status, body) = tb.admin_get(role, "/v1/sites/site1/pacing");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("JSON")
-    };
+    let table = table_at;
     let metrics = |tb: &Testbed, port: u16| -> String {
         tb.ok(
             "en",

@@ -211,7 +211,7 @@ fn fleet(config: &ControllerConfig) -> anyhow::Result<Vec<Gateway>> {
 }
 
 /// Where each site was seen: its entry's gateway index (the one whose role is
-/// `entry`) and its exit's.
+/// `entry`) and its exit's. A site no entry reported has no uplinks to allocate.
 #[derive(Debug, Clone, Copy, Default)]
 struct SiteAt {
     entry: Option<usize>,
@@ -231,6 +231,7 @@ fn sites(observed: &[Option<Observed>]) -> BTreeMap<String, SiteAt> {
             }
         }
     }
+    sites.retain(|_, at| at.entry.is_some());
     sites
 }
 
