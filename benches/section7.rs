@@ -5,10 +5,13 @@
 //! braid paced by `braid controller`. Each application's utility is its class's
 //! utility function at the throughput and delay it measured; reported per class the
 //! median and the least, against the least the controller computed, with the
-//! bottleneck's loss and the queueing delay VoIP measured. Needs root.
+//! loss on the way (braid's queues and the routers') and the queueing delay VoIP
+//! measured. Needs root.
 //!
-//! `cargo bench --bench section7` (`-- SECONDS` for each run's length, default 30;
-//! the first 12 s are not measured: the controller's first periods).
+//! `cargo bench --bench section7 [-- SECONDS [APPS...] [one|two]]`: each run's length
+//! (default 40 s, of which the first 12 are not measured: the controller's first
+//! periods), the numbers of applications (default 20 60 100), the topologies
+//! (default both).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::disallowed_methods)]
 
 #[path = "../integration/common/mod.rs"]
@@ -23,6 +26,7 @@ use serde_json::Value;
 
 const CLASSES: [&str; 5] = ["web", "download", "terminal", "video", "voip"];
 const WARMUP_S: u64 = 12;
+const DEFAULT_SECONDS: u64 = 40;
 
 struct Topology {
     name: &'static str,
@@ -34,12 +38,12 @@ struct Topology {
 const TOPOLOGIES: [Topology; 2] = [
     Topology {
         name: "one uplink of 100 Mbit/s, 5 ms",
-        env: &[("RATES", "100"), ("DELAYS", "5")],
+        env: &[("RATES", "100"), ("DELAYS", "5"), ("KNOWN_RATES", "1")],
         base_ms: 5.0,
     },
     Topology {
         name: "two uplinks of 50 Mbit/s, 5 and 25 ms",
-        env: &[("RATES", "50 50"), ("DELAYS", "5 25")],
+        env: &[("RATES", "50 50"), ("DELAYS", "5 25"), ("KNOWN_RATES", "1")],
         base_ms: 5.0,
     },
 ];
@@ -50,10 +54,12 @@ struct Run {
     utilities: BTreeMap<&'static str, Vec<f64>>,
     /// The least utility the controller computed (downloads), if it ran.
     computed: Option<f64>,
-    /// Packets the bottleneck(s) dropped, as a share of those sent.
+    /// Packets dropped on the way, as a share of those sent.
     loss: f64,
     /// VoIP's median one-way delay above the uplinks' own.
     queue_ms: f64,
+    /// Each application's measurement and utility.
+    raw: Vec<Value>,
 }
 
 fn spec(apps: usize) -> String {
@@ -76,9 +82,23 @@ fn table(apps: usize) -> String {
     serde_json::json!({"version": 1, "apps": apps}).to_string()
 }
 
-/// The routers' tbf counters: (sent, dropped) packets over every uplink, both ways.
+/// The sum of every sample of a metric.
+fn total(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Packets sent towards the site and dropped on the way, so far: the exit's (its
+/// lanes' packets; what its queues and application queues dropped) and the routers'
+/// (tbf, both ways).
 fn bottleneck(tb: &Testbed, uplinks: usize) -> (f64, f64) {
-    let (mut sent, mut dropped) = (0.0, 0.0);
+    let exit = tb.metrics("ex");
+    let mut sent = total(&exit, "braid_lane_tx_packets_total");
+    let mut dropped =
+        total(&exit, "braid_packets_dropped_total") + total(&exit, "braid_app_drops_total");
     for r in 1..=uplinks {
         let out = tb.ok(&format!("r{r}"), &["tc", "-s", "qdisc", "show"]);
         for line in out.lines().filter(|l| l.trim_start().starts_with("Sent")) {
@@ -165,9 +185,12 @@ fn run(topology: &Topology, apps: usize, controlled: bool, seconds: u64) -> Run 
         ],
         Ready::Now,
     );
-    tb.wait(client, Duration::from_secs(seconds + 30));
-    let after = bottleneck(&tb, uplinks);
-    let computed = controller.map(|_| {
+    // While the client measures: the least utility the controller computed, every
+    // 2 s (the median stands), and at the end the rates in force.
+    let begun = std::time::Instant::now();
+    let mut computed = Vec::new();
+    std::thread::sleep(Duration::from_secs(WARMUP_S));
+    while controller.is_some() && begun.elapsed() < Duration::from_secs(seconds - 1) {
         let metrics = tb.ok(
             "en",
             &[
@@ -176,20 +199,27 @@ fn run(topology: &Topology, apps: usize, controlled: bool, seconds: u64) -> Run 
                 "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9290/metrics').read().decode())",
             ],
         );
-        braid::demo::testbed::sample(
+        computed.extend(braid::demo::testbed::sample(
             &metrics,
             "braid_controller_min_utility{direction=\"down\",site=\"site1\"}",
-        )
-        .unwrap_or_else(|| panic!("no computed utility:\n{metrics}"))
-    });
+        ));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let (_, body) = tb.admin_get("ex", "/v1/sites/site1/pacing");
+    let in_force: Value = serde_json::from_str(&body).unwrap();
+    tb.wait(client, Duration::from_secs(seconds + 30));
+    let after = bottleneck(&tb, uplinks);
+    let computed = (!computed.is_empty()).then(|| median(&computed));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(tb.child_pid(server) as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
     tb.wait(server, Duration::from_secs(10));
-    let client: Value = serde_json::from_str(&std::fs::read_to_string(&client_out).unwrap()).unwrap();
-    let server: Value = serde_json::from_str(&std::fs::read_to_string(&server_out).unwrap()).unwrap();
+    let client: Value =
+        serde_json::from_str(&std::fs::read_to_string(&client_out).unwrap()).unwrap();
+    let server: Value =
+        serde_json::from_str(&std::fs::read_to_string(&server_out).unwrap()).unwrap();
     let (from, to) = (
         client["window"][0].as_f64().unwrap(),
         client["window"][1].as_f64().unwrap(),
@@ -197,6 +227,7 @@ fn run(topology: &Topology, apps: usize, controlled: bool, seconds: u64) -> Run 
     let classes = catalogue::defaults().unwrap();
     let mut utilities: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     let mut voip_delays = Vec::new();
+    let mut raw = Vec::new();
     for app in client["apps"].as_array().unwrap() {
         let class = CLASSES
             .iter()
@@ -217,17 +248,37 @@ fn run(topology: &Topology, apps: usize, controlled: bool, seconds: u64) -> Run 
                 })
                 .unwrap_or_default();
             halves.sort_by(f64::total_cmp);
-            halves.get(halves.len() / 2).copied().unwrap_or(f64::INFINITY)
+            halves
+                .get(halves.len() / 2)
+                .copied()
+                .unwrap_or(f64::INFINITY)
         });
         if class == "voip" {
             voip_delays.push(delay);
         }
         let function = &classes.iter().find(|c| c.name == class).unwrap().utility;
-        let kbps = app["throughput_kbps"].as_f64().unwrap();
-        utilities
-            .entry(class)
-            .or_default()
-            .push(function.at(kbps, delay));
+        let measured = app["throughput_kbps"].as_f64().unwrap();
+        // A class of one fixed rate (terminal, VoIP) has its grid's throughput when
+        // it got what it asked for (95 % of it: the measurement's edges), and that
+        // share of it otherwise.
+        let kbps = match app["demand_kbps"].as_f64() {
+            Some(demand) if measured >= 0.95 * demand => function.throughput_kbps()[0],
+            Some(demand) => measured / demand * function.throughput_kbps()[0],
+            None => measured,
+        };
+        let utility = function.at(kbps, delay);
+        let paced = in_force["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["match"]["remote_ports"] == port.as_str())
+            .and_then(|a| a["rate_down_kbps"].as_u64());
+        raw.push(
+            serde_json::json!({"class": class, "port": port, "kbps": measured,
+            "delay_ms": delay, "utility": utility, "loss": app.get("loss"),
+            "paced_kbps": paced}),
+        );
+        utilities.entry(class).or_default().push(utility);
     }
     voip_delays.sort_by(f64::total_cmp);
     Run {
@@ -235,6 +286,7 @@ fn run(topology: &Topology, apps: usize, controlled: bool, seconds: u64) -> Run 
         computed,
         loss: (after.1 - before.1) / (after.0 - before.0 + after.1 - before.1).max(1.0),
         queue_ms: voip_delays[voip_delays.len() / 2] - topology.base_ms,
+        raw,
     }
 }
 
@@ -249,12 +301,27 @@ fn least(v: &[f64]) -> f64 {
 }
 
 fn main() {
-    let seconds: u64 = std::env::args()
+    // SECONDS, then which numbers of applications (default 20 60 100) and which
+    // topologies (`one`, `two`; default both).
+    let args: Vec<String> = std::env::args()
         .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(30);
+        .filter(|a| a != "--bench")
+        .collect();
+    let numbers: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let seconds = numbers.first().copied().unwrap_or(DEFAULT_SECONDS);
+    let sizes: Vec<usize> = match numbers.len() {
+        0 | 1 => vec![20, 60, 100],
+        _ => numbers[1..].iter().map(|&n| n as usize).collect(),
+    };
+    let chosen: Vec<&Topology> = TOPOLOGIES
+        .iter()
+        .filter(|t| {
+            let named: Vec<&String> = args.iter().filter(|a| a.parse::<u64>().is_err()).collect();
+            named.is_empty() || named.iter().any(|n| t.name.starts_with(n.as_str()))
+        })
+        .collect();
     let mut report = Vec::new();
-    for topology in &TOPOLOGIES {
+    for topology in chosen {
         println!("\n{}", topology.name);
         println!(
             "{:>5} {:<11} {:>7} {:>9} | {}",
@@ -268,11 +335,15 @@ fn main() {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
-        for apps in [20, 60, 100] {
+        for &apps in &sizes {
             for controlled in [false, true] {
                 let r = run(topology, apps, controlled, seconds);
                 let all: Vec<f64> = r.utilities.values().flatten().copied().collect();
-                let mode = if controlled { "controller" } else { "best effort" };
+                let mode = if controlled {
+                    "controller"
+                } else {
+                    "best effort"
+                };
                 println!(
                     "{apps:>5} {mode:<11} {:>7.2} {:>9} | {}   loss {:.2} %, VoIP queue {:.1} ms",
                     least(&all),
@@ -291,7 +362,7 @@ fn main() {
                 report.push(serde_json::json!({
                     "topology": topology.name, "apps": apps, "mode": mode,
                     "least": least(&all), "computed_least": r.computed,
-                    "loss": r.loss, "voip_queue_ms": r.queue_ms,
+                    "loss": r.loss, "voip_queue_ms": r.queue_ms, "apps": r.raw,
                     "classes": CLASSES.iter().map(|c| (c.to_string(), serde_json::json!({
                         "median": median(&r.utilities[c]), "least": least(&r.utilities[c])
                     }))).collect::<serde_json::Map<_, _>>(),

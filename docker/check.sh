@@ -100,8 +100,8 @@ floor=${COMPOSE_MIN_MBIT:-55}
 python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$mbit" "$floor" ||
     fail "the download got $mbit Mbit/s, under the floor of $floor"
 # The controller: once the entry's table names the download's application, it
-# allocates it (a download's best level, 5 Mbit/s, fits in the uplinks) and puts
-# the table to both gateways.
+# allocates it (a download's best level, 5 Mbit/s, fits in the uplinks; paced a
+# tenth above it) and puts the table to both gateways.
 compose exec -T entry braid pacing put /dev/stdin --token-file /certs/admin.token >/dev/null <<'JSON' ||
 {"version": 1, "apps": [{"name": "bulk", "match": {"proto": "tcp", "remote_ports": "5201"},
   "utility": "download"}]}
@@ -112,10 +112,10 @@ for node in entry exit; do
     rate=$(compose exec -T "$node" braid pacing get |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["apps"][0].get("rate_down_kbps"))') ||
         fail "cannot read the $node's table"
-    [ "$rate" = 5000 ] || fail "the controller did not give the $node's bulk its rate (rate_down_kbps $rate)"
+    [ "$rate" = 5500 ] || fail "the controller did not give the $node's bulk its rate (rate_down_kbps $rate)"
 done
 pushes=$(prom 'sum(braid_controller_pushes_total)' | awk '{print $2}')
-echo "compose check: the controller allocated the download 5000 kbit/s at both gateways ($pushes tables put)"
+echo "compose check: the controller paced the download at 5500 kbit/s at both gateways ($pushes tables put)"
 # Where Grafana runs, it serves the dashboard it provisioned (anonymous viewers may
 # read it; docker/compose.yaml).
 if [[ " ${services[*]} " == *" grafana "* ]]; then

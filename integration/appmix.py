@@ -9,16 +9,17 @@ its one-way delay. benches/section7.rs runs it in the namespace testbed.
 SPEC is CLASS:PORT,... with the classes' shapes:
 
   download  one TCP connection, the server sends as fast as it can
-  web       page loads: the client asks for 1.5 MB, reads it, waits 0.5 s, again
+  web       page loads: the client asks for 500 kB, reads it, waits 0.5 s, again
   video     one TCP connection, the server sends at most 5 Mbit/s (its best level)
-  terminal  the client sends 64 bytes every 50 ms, the server answers 800 (128 kbit/s)
-  voip      UDP, the server sends 300 bytes every 20 ms (120 kbit/s) once the client
-            has said hello
+  terminal  the client sends 64 bytes every 50 ms, the server answers 400 (64 kbit/s)
+  voip      UDP, the server sends 172 bytes every 20 ms (G.711: 80 kbit/s with IP and
+            UDP) once the client has said hello
 
 Measured from WARMUP to SECONDS: the client's bytes received (web: the mean rate of
 the page loads, as their users see it), and the median one-way delay: for terminal
 half each exchange's round trip, for VoIP each packet's (both namespaces share the
-monotonic clock), with VoIP's loss from its sequence numbers. The client writes
+monotonic clock), with VoIP's loss from its sequence numbers. Terminal and VoIP,
+which ask for a fixed rate, also report it (demand_kbps). The client writes
 {"window": [from, to], "apps": [...]} to --out at the end; the server, when
 terminated (SIGTERM), each TCP port's samples of its sockets' smoothed round trip
 (TCP_INFO, every 200 ms, [monotonic time, ms]), whose halves within the window are
@@ -33,12 +34,12 @@ import statistics
 import struct
 import time
 
-PAGE_BYTES = 1_500_000
+PAGE_BYTES = 500_000
 VIDEO_KBPS = 5000
 TERMINAL_PERIOD = 0.05
-TERMINAL_ANSWER = 800
+TERMINAL_ANSWER = 400
 VOIP_PERIOD = 0.02
-VOIP_BYTES = 300
+VOIP_BYTES = 172  # with IP and UDP, 200 bytes every 20 ms: G.711's 80 kbit/s
 
 
 def parse_spec(spec):
@@ -198,6 +199,7 @@ async def client(args):
     async def terminal(app):
         reader, writer = await asyncio.open_connection(args.server, app.port)
         writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        next_at = time.monotonic()
         while time.monotonic() < window[1]:
             sent = time.monotonic()
             writer.write(struct.pack("!d", sent) + b"k" * 56)
@@ -207,7 +209,8 @@ async def client(args):
             if inside():
                 app.bytes += len(answer)
                 app.delays.append((got - struct.unpack("!d", answer[:8])[0]) * 1000 / 2)
-            await asyncio.sleep(max(0.0, TERMINAL_PERIOD - (got - sent)))
+            next_at += TERMINAL_PERIOD
+            await asyncio.sleep(max(0.0, next_at - got))
         writer.close()
 
     async def voip(app):
@@ -243,6 +246,10 @@ async def client(args):
         else:
             kbps = a.bytes * 8 / 1000 / seconds
         entry = {"class": a.cls, "port": a.port, "throughput_kbps": round(kbps, 1)}
+        if a.cls == "terminal":
+            entry["demand_kbps"] = TERMINAL_ANSWER * 8 / 1000 / TERMINAL_PERIOD
+        if a.cls == "voip":
+            entry["demand_kbps"] = VOIP_BYTES * 8 / 1000 / VOIP_PERIOD
         if a.delays:
             entry["delay_ms"] = round(statistics.median(a.delays), 2)
         if a.cls == "voip" and a.first_seq is not None:

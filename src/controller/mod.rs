@@ -22,7 +22,7 @@ use anyhow::Context;
 
 use crate::clock::Clock;
 use crate::core::allocation::lease::{Leases, Standing};
-use crate::core::allocation::plan::{self, Direction};
+use crate::core::allocation::plan::{self, Basis, Direction};
 use crate::core::allocation::{self, Allocation, EXACT_SHARE_OF_PERIOD, Method, exact, fast};
 use crate::core::pacing_table::PacingTable;
 use crate::core::retry::Retry;
@@ -114,7 +114,10 @@ async fn control(
     let clock = Clock::new();
     let gateways = fleet(config)?;
     let mut retries = vec![Retry::default(); gateways.len()];
-    let mut leases = Leases::new(config.name.clone(), config.takeover_after);
+    let mut memory = Memory {
+        leases: Leases::new(config.name.clone(), config.takeover_after),
+        bases: BTreeMap::new(),
+    };
     let mut ticker = tokio::time::interval(config.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -162,7 +165,7 @@ async fn control(
                     site,
                     at: *at,
                 };
-                match allocate_site(config, metrics, &mut leases, &seen, clock.now()) {
+                match allocate_site(config, metrics, &mut memory, &seen, clock.now()) {
                     Some(site_puts) => puts.extend(site_puts),
                     None => held += 1,
                 }
@@ -175,7 +178,8 @@ async fn control(
         // A site gone from every gateway that answered is forgotten; one whose
         // gateways did not answer keeps its place.
         if observed.iter().all(Option::is_some) {
-            leases.retain(|site| sites.contains_key(site));
+            memory.leases.retain(|site| sites.contains_key(site));
+            memory.bases.retain(|site, _| sites.contains_key(site));
         }
     }
 }
@@ -235,6 +239,14 @@ fn sites(observed: &[Option<Observed>]) -> BTreeMap<String, SiteAt> {
     sites
 }
 
+/// What the controller keeps between cycles, all of it rebuilt from the gateways'
+/// answers after a restart: which sites are its own, and what each site's
+/// allocation was computed from.
+struct Memory {
+    leases: Leases,
+    bases: BTreeMap<String, Basis>,
+}
+
 /// A site as this cycle saw it.
 struct Seen<'a> {
     observed: &'a [Option<Observed>],
@@ -258,7 +270,7 @@ const PUTS_AT_ONCE: usize = 256;
 fn allocate_site(
     config: &ControllerConfig,
     metrics: &Metrics,
-    leases: &mut Leases,
+    memory: &mut Memory,
     seen_site: &Seen<'_>,
     now: Instant,
 ) -> Option<Vec<Put>> {
@@ -274,7 +286,11 @@ fn allocate_site(
         Some(other) if other.table.version > seen.table.version => &other.table,
         _ => &seen.table,
     };
-    let renew = match leases.standing(site, current.version, current.controller.as_deref(), now) {
+    let standing =
+        memory
+            .leases
+            .standing(site, current.version, current.controller.as_deref(), now);
+    let renew = match standing {
         Standing::Held { by, first } => {
             if first {
                 tracing::info!(
@@ -311,17 +327,34 @@ fn allocate_site(
             return Some(Vec::new());
         }
     };
-    let [up, down] = [0, 1].map(|d| {
-        let a = solve(config, metrics, site, &directions[d], ["up", "down"][d]);
-        a.filter(|_| !directions[d].apps.is_empty())
-    });
-    let mut table = plan::table(
-        current,
-        &directions,
-        up.as_ref(),
-        down.as_ref(),
-        &config.settings,
-    );
+    let mut basis = Basis::new(current.version, &directions, &uplinks);
+    let stands = memory
+        .bases
+        .get(site)
+        .is_some_and(|made| made.holds_for(&basis));
+    let mut table = if stands {
+        // Nothing changed that matters: the table stays, renewed if due.
+        if !renew {
+            return Some(Vec::new());
+        }
+        let mut renewed = current.clone();
+        renewed.replaces = Some(current.version);
+        renewed.version = current.version + 1;
+        renewed
+    } else {
+        let [up, down] = [0, 1].map(|d| {
+            (!directions[d].apps.is_empty())
+                .then(|| solve(config, metrics, site, &directions[d], ["up", "down"][d]))
+                .flatten()
+        });
+        plan::table(
+            current,
+            &directions,
+            up.as_ref(),
+            down.as_ref(),
+            &config.settings,
+        )
+    };
     table.controller = Some(config.name.clone());
     // Each gateway whose table differs (or is to be renewed) gets it, as replacing
     // the version this controller saw there: one that took another table meanwhile
@@ -342,6 +375,12 @@ fn allocate_site(
             table,
         });
     }
+    // The version the allocation is in force at: the new one once put; a put that
+    // is refused shows another version next cycle, and the site is allocated anew.
+    if !puts.is_empty() {
+        basis.version = table.version;
+    }
+    memory.bases.insert(site.to_string(), basis);
     Some(puts)
 }
 

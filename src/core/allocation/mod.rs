@@ -350,6 +350,24 @@ mod solver_tests {
     }
 
     #[test]
+    fn a_site_without_applications_is_allocated_nothing_by_either_solver() {
+        let classes = catalogue::defaults().unwrap();
+        let problem = Problem {
+            classes: &classes,
+            uplinks: vec![uplink("dsl", 50.0, 10.0), uplink("lte", 50.0, 40.0)],
+            apps: Vec::new(),
+            epsilon: 0.3,
+        };
+        for a in [
+            exact::solve(&problem, LIMIT).unwrap(),
+            fast::solve(&problem).unwrap(),
+        ] {
+            assert!(a.grants.is_empty());
+            assert_eq!(a.total_utility, 0.0);
+        }
+    }
+
+    #[test]
     fn one_uplink_and_the_five_classes_both_solvers_agree_on_the_least_utility() {
         let classes = catalogue::defaults().unwrap();
         for (mbps, apps) in [(100.0, 20), (100.0, 60), (20.0, 20)] {

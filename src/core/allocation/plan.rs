@@ -86,6 +86,16 @@ pub fn uplinks(entry: &[LaneSeen], exit: Option<&[LaneSeen]>) -> Vec<UplinkSeen>
         .collect()
 }
 
+/// What an uplink's rate carries of the applications' data, which is what a utility's
+/// throughput counts: less the tunnel's framing (QUIC, UDP and IP, about 4 %) and the
+/// applications' own TCP/IP headers (52 bytes of 1,500).
+pub const DATA_PER_CAPACITY: f64 = 0.92;
+
+/// The rate an application is paced at for each unit of throughput granted: a TCP
+/// flow held to a rate by the gateway's pacer backs off at its queue now and then and
+/// carries about 0.9 of it, headers counted (`cargo bench --bench section7`).
+pub const PACED_PER_GRANTED: f64 = 1.1;
+
 /// How a site's allocation is made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -115,6 +125,59 @@ pub struct Direction<'a> {
     pub problem: Problem<'a>,
     /// The table's index of each of the problem's applications.
     pub apps: Vec<usize>,
+}
+
+/// An uplink's capacity that moved by less than this share of it since the site was
+/// last allocated leaves the allocation standing.
+pub const CAPACITY_CHANGE: f64 = 0.1;
+/// Likewise an uplink's delay, by less than this many milliseconds (or the share
+/// above, if more).
+pub const DELAY_CHANGE_MS: f64 = 2.0;
+
+/// What a site's allocation was computed from: the table's version, the applications
+/// it allocated with their classes, and the uplinks as they were seen. The allocation
+/// stands while what the site looks like now is the same within the tolerances above:
+/// recomputing at every small change would move every rate (two allocations of equal
+/// worth are often far apart) and churn the gateways' tables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Basis {
+    pub version: u64,
+    /// (table index, class) of each allocated application.
+    apps: Vec<(usize, usize)>,
+    uplinks: Vec<UplinkSeen>,
+}
+
+impl Basis {
+    /// The basis of `directions` (both allocate the same applications) over
+    /// `uplinks`, for the table `version`.
+    pub fn new(version: u64, directions: &[Direction; 2], uplinks: &[UplinkSeen]) -> Basis {
+        let d = &directions[0];
+        Basis {
+            version,
+            apps: d
+                .apps
+                .iter()
+                .copied()
+                .zip(d.problem.apps.iter().copied())
+                .collect(),
+            uplinks: uplinks.to_vec(),
+        }
+    }
+
+    /// Whether an allocation made on `self` still stands on `now`.
+    pub fn holds_for(&self, now: &Basis) -> bool {
+        let near = |a: f64, b: f64| (a - b).abs() <= CAPACITY_CHANGE * a.max(b);
+        self.version == now.version
+            && self.apps == now.apps
+            && self.uplinks.len() == now.uplinks.len()
+            && self.uplinks.iter().zip(&now.uplinks).all(|(was, is)| {
+                was.name == is.name
+                    && near(was.up_kbps, is.up_kbps)
+                    && near(was.down_kbps, is.down_kbps)
+                    && (was.one_way_ms - is.one_way_ms).abs()
+                        <= DELAY_CHANGE_MS.max(CAPACITY_CHANGE * was.one_way_ms)
+            })
+    }
 }
 
 /// The allocation problems of a site's two directions, up and down: the
@@ -155,7 +218,7 @@ pub fn directions<'a>(
                 .iter()
                 .map(|u| Uplink {
                     name: u.name.clone(),
-                    capacity_kbps: capacity(u),
+                    capacity_kbps: capacity(u) * DATA_PER_CAPACITY,
                     delay: DelayFunction::queue_from(
                         u.one_way_ms,
                         settings.queue_from,
@@ -188,8 +251,8 @@ pub fn table(
         let app = &mut table.apps[i];
         let up_grant = up.map(|a| a.grants[k]);
         let down_grant = down.map(|a| a.grants[k]);
-        app.rate_up_kbps = up_grant.map(|g| kbps(g.rate_kbps));
-        app.rate_down_kbps = down_grant.map(|g| kbps(g.rate_kbps));
+        app.rate_up_kbps = up_grant.map(|g| kbps(g.rate_kbps * PACED_PER_GRANTED));
+        app.rate_down_kbps = down_grant.map(|g| kbps(g.rate_kbps * PACED_PER_GRANTED));
         let route = match (down_grant.map(|g| g.route), up_grant.map(|g| g.route)) {
             (Some(Route::Only(u)), _) | (Some(Route::Any) | None, Some(Route::Only(u))) => Some(u),
             _ => None,
@@ -267,6 +330,38 @@ mod tests {
     }
 
     #[test]
+    fn an_allocation_stands_until_the_table_its_applications_or_its_uplinks_change() {
+        let settings = settings();
+        let current = PacingTable::parse(
+            br#"{"version": 4, "apps": [{"name": "calls", "utility": "voip"}, {"name": "files"}]}"#,
+        )
+        .unwrap();
+        let uplink = |kbps: f64, ms: f64| UplinkSeen {
+            name: "dsl".into(),
+            one_way_ms: ms,
+            up_kbps: kbps,
+            down_kbps: kbps,
+        };
+        let basis = |version: u64, active: &[bool], u: UplinkSeen| {
+            let mut table = current.clone();
+            table.version = version;
+            let dirs = directions(&table, active, std::slice::from_ref(&u), &settings).unwrap();
+            Basis::new(version, &dirs, &[u])
+        };
+        let made = basis(4, &[true, true], uplink(20000.0, 10.0));
+        // Capacity within a tenth, delay within 2 ms: it stands.
+        assert!(made.holds_for(&basis(4, &[true, true], uplink(18500.0, 11.9))));
+        // Anything more, another table, an application gone: it is made again.
+        assert!(!made.holds_for(&basis(4, &[true, true], uplink(17900.0, 10.0))));
+        assert!(!made.holds_for(&basis(4, &[true, true], uplink(20000.0, 12.5))));
+        assert!(!made.holds_for(&basis(5, &[true, true], uplink(20000.0, 10.0))));
+        assert!(!made.holds_for(&basis(4, &[true, false], uplink(20000.0, 10.0))));
+        // A long delay may move by a tenth of it.
+        let far = basis(4, &[true, true], uplink(20000.0, 40.0));
+        assert!(far.holds_for(&basis(4, &[true, true], uplink(20000.0, 43.9))));
+    }
+
+    #[test]
     fn a_sites_table_gets_each_directions_rates_one_route_and_its_classes_colour() {
         let settings = settings();
         let current = PacingTable::parse(
@@ -303,10 +398,15 @@ mod tests {
         // VoIP: green, kept to the DSL, whose 10 ms the LTE's 45 would spoil.
         assert_eq!(calls.colour, Some(Colour::Green));
         assert_eq!(calls.uplinks.as_deref(), Some(&["dsl".to_string()][..]));
-        assert_eq!(calls.rate_down_kbps, Some(100));
+        // Paced a tenth above the throughput granted: what TCP's backing off and
+        // the headers take.
+        assert_eq!(calls.rate_down_kbps, Some(110));
         // The download (the default class): a download's best, anywhere.
         let files = &t.apps[1];
-        assert_eq!(files.rate_down_kbps, Some(5000));
+        assert_eq!(files.rate_down_kbps, Some(5500));
+        // Each uplink offers the applications its rate less the tunnel's and the
+        // headers' share.
+        assert_eq!(dirs[1].problem.uplinks[0].capacity_kbps, 20000.0 * 0.92);
         assert_eq!(files.colour, None);
         // The others as they were.
         assert_eq!(t.apps[2], current.apps[2]);
