@@ -95,11 +95,14 @@ pub const MAX_CONTROLLER_LEN: usize = 64;
 /// Whether `name` may name a controller: 1 to [`MAX_CONTROLLER_LEN`] bytes of ASCII
 /// letters, digits, `-`, `_` and `.` (a host name will do).
 pub fn is_controller_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_CONTROLLER_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    is_name(name, MAX_CONTROLLER_LEN, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
+    })
+}
+
+/// Whether `name` is 1 to `max` bytes, each of them `allowed`.
+fn is_name(name: &str, max: usize, allowed: impl Fn(u8) -> bool) -> bool {
+    !name.is_empty() && name.len() <= max && name.bytes().all(allowed)
 }
 
 /// The duplication budget of a site whose table gives none: a dozen calls of 64
@@ -160,11 +163,9 @@ pub const MAX_UTILITY_LEN: usize = 32;
 /// of `a-z`, `0-9`, `-` and `_` (the table's `apps[].utility`, the controller's
 /// `classes[].name`).
 pub fn is_utility_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_UTILITY_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    is_name(name, MAX_UTILITY_LEN, |b| {
+        b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_')
+    })
 }
 
 /// An application's `deadline`: per flow, `ms` from its first packet to carry its

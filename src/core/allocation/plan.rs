@@ -86,10 +86,11 @@ pub fn uplinks(entry: &[LaneSeen], exit: Option<&[LaneSeen]>) -> Vec<UplinkSeen>
         .collect()
 }
 
-/// What an uplink's rate carries of the applications' data, which is what a utility's
-/// throughput counts: less the tunnel's framing (QUIC, UDP and IP, about 4 %) and the
-/// applications' own TCP/IP headers (52 bytes of 1,500).
-pub const DATA_PER_CAPACITY: f64 = 0.92;
+/// What of an uplink's rate the allocation grants as throughput: less the tunnel's
+/// framing (QUIC, UDP and IP, about 4 %), and over [`PACED_PER_GRANTED`], so that the
+/// applications' paced rates together never exceed the uplink (were they to, its
+/// queue would drop packets of every flow, and each would fall short of its rate).
+pub const DATA_PER_CAPACITY: f64 = 0.96 / PACED_PER_GRANTED;
 
 /// The rate an application is paced at for each unit of throughput granted: a TCP
 /// flow held to a rate by the gateway's pacer backs off at its queue now and then and
@@ -406,7 +407,10 @@ mod tests {
         assert_eq!(files.rate_down_kbps, Some(5500));
         // Each uplink offers the applications its rate less the tunnel's and the
         // headers' share.
-        assert_eq!(dirs[1].problem.uplinks[0].capacity_kbps, 20000.0 * 0.92);
+        assert_eq!(
+            dirs[1].problem.uplinks[0].capacity_kbps,
+            20000.0 * 0.96 / 1.1
+        );
         assert_eq!(files.colour, None);
         // The others as they were.
         assert_eq!(t.apps[2], current.apps[2]);
