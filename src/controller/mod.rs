@@ -22,7 +22,7 @@ use anyhow::Context;
 
 use crate::clock::Clock;
 use crate::core::allocation::lease::{Leases, Standing};
-use crate::core::allocation::plan::{self, Basis, Direction};
+use crate::core::allocation::plan::{self, Basis, CapacityHistory, Direction};
 use crate::core::allocation::{self, Allocation, EXACT_SHARE_OF_PERIOD, Method, exact, fast};
 use crate::core::pacing_table::PacingTable;
 use crate::core::retry::Retry;
@@ -117,6 +117,7 @@ async fn control(
     let mut memory = Memory {
         leases: Leases::new(config.name.clone(), config.takeover_after),
         bases: BTreeMap::new(),
+        capacities: BTreeMap::new(),
     };
     let mut ticker = tokio::time::interval(config.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -180,6 +181,7 @@ async fn control(
         if observed.iter().all(Option::is_some) {
             memory.leases.retain(|site| sites.contains_key(site));
             memory.bases.retain(|site, _| sites.contains_key(site));
+            memory.capacities.retain(|site, _| sites.contains_key(site));
         }
     }
 }
@@ -240,11 +242,12 @@ fn sites(observed: &[Option<Observed>]) -> BTreeMap<String, SiteAt> {
 }
 
 /// What the controller keeps between cycles, all of it rebuilt from the gateways'
-/// answers after a restart: which sites are its own, and what each site's
-/// allocation was computed from.
+/// answers after a restart: which sites are its own, what each site's allocation was
+/// computed from, and its uplinks' last capacities.
 struct Memory {
     leases: Leases,
     bases: BTreeMap<String, Basis>,
+    capacities: BTreeMap<String, CapacityHistory>,
 }
 
 /// A site as this cycle saw it.
@@ -316,7 +319,14 @@ fn allocate_site(
         .iter()
         .map(|a| seen.flows(&a.name) > 0 || exit.is_some_and(|e| e.sites[site].flows(&a.name) > 0))
         .collect();
-    let uplinks = plan::uplinks(&entry.lanes(site), exit.map(|e| e.lanes(site)).as_deref());
+    let uplinks = memory
+        .capacities
+        .entry(site.to_string())
+        .or_default()
+        .smooth(plan::uplinks(
+            &entry.lanes(site),
+            exit.map(|e| e.lanes(site)).as_deref(),
+        ));
     if uplinks.is_empty() {
         return Some(Vec::new());
     }

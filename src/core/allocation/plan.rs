@@ -11,6 +11,8 @@
 //! rules, and applications the gateway controls itself (`background`, with a
 //! `deadline`) or that carry no flows, which the allocation leaves out.
 
+use std::collections::{BTreeMap, VecDeque};
+
 use super::catalogue::Class;
 use super::utility::DelayFunction;
 use super::{Allocation, Problem, Route, Uplink};
@@ -96,6 +98,48 @@ pub const DATA_PER_CAPACITY: f64 = 0.96 / PACED_PER_GRANTED;
 /// flow held to a rate by the gateway's pacer backs off at its queue now and then and
 /// carries about 0.9 of it, headers counted (`cargo bench --bench section7`).
 pub const PACED_PER_GRANTED: f64 = 1.1;
+
+/// Observations of an uplink's capacity that [`CapacityHistory`] keeps.
+pub const CAPACITY_SAMPLES: usize = 5;
+
+/// A site's uplinks' capacities over the last periods. Without a known rate, what an
+/// uplink could carry is read from what its lanes sent or their window per round
+/// trip, which move by a fifth or more from one second to the next under load (72 to
+/// 114 Mbit/s on a 100 Mbit/s uplink): reallocating at each would move every rate
+/// every period. The median of the last observations moves by a few percent.
+#[derive(Debug, Clone, Default)]
+pub struct CapacityHistory {
+    /// Per uplink, the last observations (up, down), the newest last.
+    seen: BTreeMap<String, VecDeque<[f64; 2]>>,
+}
+
+impl CapacityHistory {
+    /// Records `uplinks` as seen now and returns them with each capacity the median
+    /// of its last [`CAPACITY_SAMPLES`] observations; uplinks not seen now are
+    /// forgotten.
+    pub fn smooth(&mut self, uplinks: Vec<UplinkSeen>) -> Vec<UplinkSeen> {
+        self.seen
+            .retain(|name, _| uplinks.iter().any(|u| &u.name == name));
+        uplinks
+            .into_iter()
+            .map(|mut u| {
+                let history = self.seen.entry(u.name.clone()).or_default();
+                if history.len() == CAPACITY_SAMPLES {
+                    history.pop_front();
+                }
+                history.push_back([u.up_kbps, u.down_kbps]);
+                let median = |way: usize| {
+                    let mut v: Vec<f64> = history.iter().map(|h| h[way]).collect();
+                    v.sort_by(f64::total_cmp);
+                    v[v.len() / 2]
+                };
+                u.up_kbps = median(0);
+                u.down_kbps = median(1);
+                u
+            })
+            .collect()
+    }
+}
 
 /// How a site's allocation is made.
 #[derive(Debug, Clone, PartialEq)]
@@ -328,6 +372,44 @@ mod tests {
         assert_eq!(seen[1].up_kbps, 2500.0);
         assert_eq!(seen[1].down_kbps, 2500.0);
         assert_eq!(seen.len(), 2, "the cable has no lane up");
+    }
+
+    #[test]
+    fn an_uplinks_capacity_is_the_median_of_its_last_observations() {
+        let seen = |name: &str, kbps: f64| UplinkSeen {
+            name: name.into(),
+            one_way_ms: 5.0,
+            up_kbps: kbps,
+            down_kbps: 2.0 * kbps,
+        };
+        let mut history = CapacityHistory::default();
+        // What the lanes of a 100 Mbit/s uplink under load reported, a second apart.
+        let mut smoothed = Vec::new();
+        for kbps in [
+            102.0, 94.0, 114.0, 72.0, 94.0, 105.0, 99.0, 99.0, 94.0, 94.0,
+        ] {
+            let u = history.smooth(vec![seen("wan", kbps * 1000.0)]);
+            smoothed.push(u[0].up_kbps / 1000.0);
+            assert_eq!(u[0].down_kbps, 2.0 * u[0].up_kbps);
+        }
+        assert_eq!(
+            smoothed,
+            [
+                102.0, 102.0, 102.0, 102.0, 94.0, 94.0, 99.0, 99.0, 99.0, 99.0
+            ]
+        );
+        // Every step after the first few within CAPACITY_CHANGE of the one before.
+        assert!(
+            smoothed
+                .windows(2)
+                .all(|w| (w[0] - w[1]).abs() <= 0.1 * w[0])
+        );
+        // An uplink gone is forgotten; back, it starts afresh.
+        history.smooth(vec![seen("lte", 10_000.0)]);
+        assert_eq!(
+            history.smooth(vec![seen("wan", 50_000.0)])[0].up_kbps,
+            50_000.0
+        );
     }
 
     #[test]
