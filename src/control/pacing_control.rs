@@ -208,7 +208,7 @@ impl PacingControl {
         // it) leaves the data path as it is: flows keep their pacers and deadlines.
         let same_apps = previous
             .as_ref()
-            .is_some_and(|p| p.apps == table.apps && p.duplicate_kbps == table.duplicate_kbps);
+            .is_some_and(|p| p.same_applications(&table));
         let mut persisted = false;
         let outcome = async {
             self.persist(&tables).await?;

@@ -116,8 +116,7 @@ async fn control(
     let mut retries = vec![Retry::default(); gateways.len()];
     let mut memory = Memory {
         leases: Leases::new(config.name.clone(), config.takeover_after),
-        bases: BTreeMap::new(),
-        capacities: BTreeMap::new(),
+        sites: BTreeMap::new(),
     };
     let mut ticker = tokio::time::interval(config.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -180,8 +179,7 @@ async fn control(
         // gateways did not answer keeps its place.
         if observed.iter().all(Option::is_some) {
             memory.leases.retain(|site| sites.contains_key(site));
-            memory.bases.retain(|site, _| sites.contains_key(site));
-            memory.capacities.retain(|site, _| sites.contains_key(site));
+            memory.sites.retain(|site, _| sites.contains_key(site));
         }
     }
 }
@@ -246,8 +244,15 @@ fn sites(observed: &[Option<Observed>]) -> BTreeMap<String, SiteAt> {
 /// computed from, and its uplinks' last capacities.
 struct Memory {
     leases: Leases,
-    bases: BTreeMap<String, Basis>,
-    capacities: BTreeMap<String, CapacityHistory>,
+    sites: BTreeMap<String, SiteMemory>,
+}
+
+/// One site's part of [`Memory`].
+#[derive(Default)]
+struct SiteMemory {
+    /// What its allocation in force was computed from, if this controller made it.
+    basis: Option<Basis>,
+    capacities: CapacityHistory,
 }
 
 /// A site as this cycle saw it.
@@ -319,14 +324,11 @@ fn allocate_site(
         .iter()
         .map(|a| seen.flows(&a.name) > 0 || exit.is_some_and(|e| e.sites[site].flows(&a.name) > 0))
         .collect();
-    let uplinks = memory
-        .capacities
-        .entry(site.to_string())
-        .or_default()
-        .smooth(plan::uplinks(
-            &entry.lanes(site),
-            exit.map(|e| e.lanes(site)).as_deref(),
-        ));
+    let remembered = memory.sites.entry(site.to_string()).or_default();
+    let uplinks = remembered.capacities.smooth(plan::uplinks(
+        &entry.lanes(site),
+        exit.map(|e| e.lanes(site)).as_deref(),
+    ));
     if uplinks.is_empty() {
         return Some(Vec::new());
     }
@@ -338,19 +340,16 @@ fn allocate_site(
         }
     };
     let mut basis = Basis::new(current.version, &directions, &uplinks);
-    let stands = memory
-        .bases
-        .get(site)
+    let stands = remembered
+        .basis
+        .as_ref()
         .is_some_and(|made| made.holds_for(&basis));
     let mut table = if stands {
         // Nothing changed that matters: the table stays, renewed if due.
         if !renew {
             return Some(Vec::new());
         }
-        let mut renewed = current.clone();
-        renewed.replaces = Some(current.version);
-        renewed.version = current.version + 1;
-        renewed
+        current.successor()
     } else {
         let [up, down] = [0, 1].map(|d| {
             (!directions[d].apps.is_empty())
@@ -374,7 +373,7 @@ fn allocate_site(
         let Some(there) = observed[g].as_ref().map(|o| &o.sites[site].table) else {
             continue;
         };
-        if !renew && table.apps == there.apps && table.duplicate_kbps == there.duplicate_kbps {
+        if !renew && table.same_applications(there) {
             continue;
         }
         let mut table = table.clone();
@@ -390,7 +389,7 @@ fn allocate_site(
     if !puts.is_empty() {
         basis.version = table.version;
     }
-    memory.bases.insert(site.to_string(), basis);
+    remembered.basis = Some(basis);
     Some(puts)
 }
 

@@ -89,6 +89,24 @@ pub struct PacingTable {
     pub controller: Option<String>,
 }
 
+impl PacingTable {
+    /// Whether `other` paces the same applications the same way: only its version
+    /// or writer differ (a controller renewing it).
+    pub fn same_applications(&self, other: &PacingTable) -> bool {
+        self.apps == other.apps && self.duplicate_kbps == other.duplicate_kbps
+    }
+
+    /// The table that follows this one, replacing it: the next version, the same
+    /// content.
+    pub fn successor(&self) -> PacingTable {
+        PacingTable {
+            version: self.version + 1,
+            replaces: Some(self.version),
+            ..self.clone()
+        }
+    }
+}
+
 /// The longest name of a controller (`controller`).
 pub const MAX_CONTROLLER_LEN: usize = 64;
 

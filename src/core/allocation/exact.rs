@@ -41,9 +41,7 @@ pub enum SolveError {
 /// Solves `problem` exactly, each step within `time_limit`.
 pub fn solve(problem: &Problem, time_limit: Duration) -> Result<Allocation, SolveError> {
     if problem.apps.is_empty() {
-        return problem
-            .settle(&[], vec![0.0; problem.uplinks.len()], MAX_UTILITY)
-            .map_err(SolveError::from);
+        return Ok(problem.nothing());
     }
     let groups = cells::groups(problem);
     let cells = cells::cells(problem, &groups);

@@ -18,13 +18,12 @@ use super::cells::{self, Cell, Group};
 
 /// Bisection steps of the split's delay: a nanosecond's precision over a second.
 const SPLIT_STEPS: u32 = 30;
-use super::utility::MAX_UTILITY;
 use super::{Allocation, Problem, Route, Violation};
 
 /// Solves `problem` by water-filling and greedy upgrades.
 pub fn solve(problem: &Problem) -> Result<Allocation, Violation> {
     if problem.apps.is_empty() {
-        return problem.settle(&[], vec![0.0; problem.uplinks.len()], MAX_UTILITY);
+        return Ok(problem.nothing());
     }
     let groups = cells::groups(problem);
     let cells = cells::cells(problem, &groups);

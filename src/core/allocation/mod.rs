@@ -177,6 +177,19 @@ impl Problem<'_> {
             .collect()
     }
 
+    /// The allocation of a site without applications: nothing granted, every uplink
+    /// idle (the least utility is the best there is, as nobody is below it).
+    pub fn nothing(&self) -> Allocation {
+        let loads = vec![0.0; self.uplinks.len()];
+        Allocation {
+            grants: Vec::new(),
+            any_kbps: loads,
+            first_min_utility: utility::MAX_UTILITY,
+            min_utility: utility::MAX_UTILITY,
+            total_utility: 0.0,
+        }
+    }
+
     /// The allocation of `rates` and `routes` (one each per application) with the
     /// traffic routed to any uplink split as `any_kbps`: each application's utility
     /// under the loads that result, checked against the uplinks' capacities.

@@ -288,9 +288,7 @@ pub fn table(
     down: Option<&Allocation>,
     settings: &Settings,
 ) -> PacingTable {
-    let mut table = current.clone();
-    table.replaces = Some(current.version);
-    table.version = current.version + 1;
+    let mut table = current.successor();
     let [up_dir, down_dir] = directions;
     for (k, &i) in down_dir.apps.iter().enumerate() {
         let app = &mut table.apps[i];
