@@ -112,10 +112,10 @@ for node in entry exit; do
     rate=$(compose exec -T "$node" braid pacing get |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["apps"][0].get("rate_down_kbps"))') ||
         fail "cannot read the $node's table"
-    [ "$rate" = 5500 ] || fail "the controller did not give the $node's bulk its rate (rate_down_kbps $rate)"
+    [ "$rate" = 5750 ] || fail "the controller did not give the $node's bulk its rate (rate_down_kbps $rate)"
 done
 pushes=$(prom 'sum(braid_controller_pushes_total)' | awk '{print $2}')
-echo "compose check: the controller paced the download at 5500 kbit/s at both gateways ($pushes tables put)"
+echo "compose check: the controller paced the download at 5750 kbit/s at both gateways ($pushes tables put)"
 # Where Grafana runs, it serves the dashboard it provisioned (anonymous viewers may
 # read it; docker/compose.yaml).
 if [[ " ${services[*]} " == *" grafana "* ]]; then
