@@ -53,6 +53,8 @@ fn lanes(e: &mut DataPath) -> Vec<LaneId> {
                 uplink,
                 colour: Colour::Blue,
                 rank: rank as u32,
+                priority: 1,
+                overflow: false,
                 rate_kbps: None,
             };
             e.handle_lane_up(up, Instant::ZERO).expect("site1")

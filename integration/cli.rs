@@ -195,6 +195,30 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
             "entry",
             ENTRY.replace(
                 "[[uplinks]]\nname = \"b\"",
+                "[[uplinks]]\nname = \"b\"\npriority = 0",
+            ),
+            vec![],
+            "error: uplinks[1].priority: must be 1 (the highest) or more",
+        ),
+        (
+            "entry",
+            ENTRY.replace(
+                "[[uplinks]]\nname = \"b\"",
+                "[[uplinks]]\nname = \"b\"\npriority = 2\nstandby = \"hot\"",
+            ),
+            vec![],
+            "error: uplinks[1].standby: \"hot\" is neither \"warm\" nor \"cold\"",
+        ),
+        (
+            "exit",
+            EXIT.to_string(),
+            vec![("BRAID__TIERS__HOLD_MS", "0")],
+            "error: tiers.hold_ms: must be at least 1",
+        ),
+        (
+            "entry",
+            ENTRY.replace(
+                "[[uplinks]]\nname = \"b\"",
                 "[[uplinks]]\nname = \"b\"\ndelay_variation_ms = 1500",
             ),
             vec![],

@@ -681,6 +681,8 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
                 down_kbps: None,
                 rank: 0,
                 delay_variation_ms: None,
+                priority: 1,
+                overflow: false,
             };
             let open = |tls, site: &'static str| {
                 let h = hello(site);
@@ -906,6 +908,168 @@ fn a_broken_uplink_is_avoided_within_a_tenth_of_a_second() {
         tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up1\"}"),
         1.0
     );
+}
+
+/// Whether the entry shows `uplink`'s lanes standing by (up, its tier not carrying).
+fn standing_by(tb: &Testbed, uplink: &str) -> bool {
+    tb.metric(
+        "en",
+        &format!("braid_uplink_standby{{site=\"site1\",uplink=\"{uplink}\"}}"),
+    ) == 1.0
+}
+
+/// Two primary uplinks and a backup (priority 2, `standby` as given, a 3 s hold):
+/// while a primary is up the backup carries no inner packet either way; both
+/// primaries' paths die (their routers drop everything) under 500 pings 10 ms apart, and the pings lost bound the
+/// longest gap; the primaries return, and traffic goes back to them after the hold.
+/// Returns the pings lost and how long after the primaries returned the backup stood
+/// by again.
+fn backup_tier(name: &str, standby: &str) -> (u64, Duration) {
+    let mut tb = Testbed::up(
+        name,
+        &[
+            ("RATES", "20 20 20"),
+            ("PRIORITIES", "1 1 2"),
+            ("STANDBY", &format!("warm warm {standby}")),
+            ("TIERS_HOLD_MS", "3000"),
+        ],
+    );
+    tb.start();
+    let pcap = tb.path("r3.pcap");
+    let capture = capture_uplink(&mut tb, "r3", &pcap);
+    tb.spawn("sv", &["iperf3", "-s", "-p", "5201"], Ready::Listens(5201));
+    for reverse in [false, true] {
+        let mut args = vec![
+            "iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "2", "-P", "4",
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        tb.ok("cl", &args);
+    }
+    stop_capture(&mut tb, capture);
+    let on_backup = large_datagrams(&pcap);
+    println!("{standby} backup: {on_backup} inner packets on it while the primaries were up");
+    assert_eq!(
+        on_backup,
+        0,
+        "the backup carried traffic while a primary was up: {}",
+        tb.logs()
+    );
+    if standby == "warm" {
+        assert!(standing_by(&tb, "up3"), "{}", tb.metrics("en"));
+    } else {
+        entry_status_shows(&tb, "up2");
+        let status = tb.ok("en", &[braid_bin(), "status"]);
+        assert!(
+            !status.contains("up3"),
+            "a cold backup has no lane: {status}"
+        );
+    }
+
+    let ping = tb.spawn(
+        "cl",
+        &["ping", "-c", "500", "-i", "0.01", "-W", "2", SERVER_V4],
+        Ready::Now,
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    // Their routers forward nothing from now on, silently (as a line that died).
+    for router in ["r1", "r2"] {
+        cut_chain(&tb, router, "drop");
+    }
+    let out = tb.wait(ping, Duration::from_secs(30));
+    let lost = lost_pings(&out);
+    println!("{standby} backup: {lost} of 500 pings (10 ms apart) lost when both primaries broke");
+    assert!(!standing_by(&tb, "up3"));
+
+    for router in ["r1", "r2"] {
+        tb.ok(router, &["nft", "delete", "table", "inet", "cut"]);
+    }
+    let back = std::time::Instant::now();
+    // The primaries' lanes come back (dialled again within about a second); the
+    // backup carries on for the hold after that, then stands by (or is hung up).
+    let returned = eventually(Duration::from_secs(15), || {
+        if standby == "warm" {
+            standing_by(&tb, "up3")
+        } else {
+            tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up3\"}") == 0.0
+        }
+    });
+    let after = back.elapsed();
+    assert!(
+        returned,
+        "traffic did not return to the primaries: {}",
+        tb.logs()
+    );
+    println!("{standby} backup: stood by again {after:?} after the primaries returned");
+    assert!(
+        after >= Duration::from_secs(3),
+        "returned after {after:?}, within the 3 s hold"
+    );
+    ping_ok(&tb, "cl", SERVER_V4, 5);
+    (lost, after)
+}
+
+#[test]
+fn a_warm_backup_carries_nothing_while_a_primary_is_up_and_takes_over_within_150_ms() {
+    let (lost, _) = backup_tier("e2ewarm", "warm");
+    assert!(lost <= 15, "{lost} pings lost: a gap over 150 ms");
+}
+
+#[test]
+fn a_cold_backup_is_dialled_when_both_primaries_break_and_carries_within_1_5_s() {
+    let (lost, _) = backup_tier("e2ecold", "cold");
+    assert!(lost <= 150, "{lost} pings lost: a gap over 1.5 s");
+}
+
+#[test]
+fn a_download_beyond_the_primary_spills_over_to_the_overflow_uplink() {
+    // One primary of 10 Mbit/s and an overflow uplink of 10 Mbit/s; a third, not
+    // marked overflow, stays out.
+    let mut tb = Testbed::up(
+        "e2eoverflow",
+        &[
+            ("RATES", "10 10 10"),
+            ("PRIORITIES", "1 2 2"),
+            ("OVERFLOW", "0 1 0"),
+            ("TIERS_OVERFLOW_AFTER_MS", "1000"),
+        ],
+    );
+    tb.start();
+    tb.spawn("sv", &["iperf3", "-s", "-p", "5201"], Ready::Listens(5201));
+    let sent = |tb: &Testbed| per_uplink(tb, "ex", "lane_tx_bytes_total", 3);
+    let before = sent(&tb);
+    const SECONDS: f64 = 8.0;
+    let out = tb.ok(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "8", "-P", "4", "-R", "-J",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    let mbit = report["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .expect("received")
+        / 1e6;
+    let carried: Vec<f64> = sent(&tb)
+        .iter()
+        .zip(&before)
+        .map(|(after, before)| (after - before) * 8.0 / SECONDS / 1e6)
+        .collect();
+    println!("overflow: {mbit:.1} Mbit/s; Mbit/s sent down per uplink {carried:.1?}");
+    assert!(
+        carried[0] >= 8.0,
+        "the primary was not kept full: {carried:?}"
+    );
+    assert!(
+        carried[1] >= 4.0,
+        "the overflow uplink carried too little: {carried:?}"
+    );
+    assert!(
+        carried[2] < 0.1,
+        "an uplink not marked overflow carried: {carried:?}"
+    );
+    assert!(mbit > 12.0, "{mbit:.1} Mbit/s: no more than the primary");
 }
 
 #[test]
@@ -1560,6 +1724,8 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
                     down_kbps: None,
                     rank: 0,
                     delay_variation_ms: None,
+                    priority: 1,
+                    overflow: false,
                 };
                 let opened = async {
                     let config = braid::lane::client::quic_config(tls, false, Default::default())?;

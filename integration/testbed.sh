@@ -33,6 +33,9 @@
 #                      pacing.background_method and _interval_ms of both gateways
 #   EXIT_THREADS=N     listen.threads of the exit (its data-path threads); unset,
 #                      the key is left out (one per core, at most one per site)
+#   PRIORITIES="1 1 2" STANDBY="warm warm cold" OVERFLOW="0 0 1"  site1's uplinks'
+#                      priority, standby and overflow (unset: the keys are left out)
+#   TIERS_HOLD_MS=N TIERS_OVERFLOW_AFTER_MS=N  [tiers] of both gateways
 #   EXIT_ADMIN_LISTEN=0.0.0.0:9190  admin.listen of the exit (default 127.0.0.1:9190);
 #                      on every address, the entry's namespace reaches it at the
 #                      exit's service address (a controller there reads both)
@@ -47,6 +50,9 @@ cmd=${1:-}
 name=${2:-braid}
 state=${STATE_DIR:-/tmp/braid-testbed}/$name
 read -r -a rates <<<"${RATES:-16 32 50}"
+read -r -a priorities <<<"${PRIORITIES:-}"
+read -r -a standby <<<"${STANDBY:-}"
+read -r -a overflow <<<"${OVERFLOW:-}"
 uplinks=${UPLINKS:-${#rates[@]}}
 read -r -a delays <<<"${DELAYS:-}"
 read -r -a losses <<<"${LOSS:-}"
@@ -168,8 +174,21 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
             if [ "${KNOWN_VARIATION:-0}" = 1 ] && [ "$2" = site1 ] && [ "${jitters[i - 1]:-0}" != 0 ]; then
                 echo "delay_variation_ms = ${jitters[i - 1]}"
             fi
+            if [ "$2" = site1 ]; then
+                [ -z "${priorities[i - 1]:-}" ] || echo "priority = ${priorities[i - 1]}"
+                [ -z "${standby[i - 1]:-}" ] || echo "standby = \"${standby[i - 1]}\""
+                [ "${overflow[i - 1]:-0}" != 1 ] || echo "overflow = true"
+            fi
         done
+        tiers_section
     } >"$4"
+}
+
+tiers_section() {
+    [ -n "${TIERS_HOLD_MS:-}${TIERS_OVERFLOW_AFTER_MS:-}" ] || return 0
+    echo "[tiers]"
+    [ -z "${TIERS_HOLD_MS:-}" ] || echo "hold_ms = $TIERS_HOLD_MS"
+    [ -z "${TIERS_OVERFLOW_AFTER_MS:-}" ] || echo "overflow_after_ms = $TIERS_OVERFLOW_AFTER_MS"
 }
 
 background_keys() {
@@ -213,6 +232,7 @@ id = "site2"
 prefixes = ["198.18.2.0/24", "fd00:2::/64"]
 CONF
     abe_section >>"$1"
+    tiers_section >>"$1"
 }
 
 # How many lanes, of every site and colour, the gateway in namespace ROLE reports up
@@ -246,9 +266,11 @@ start() {
         echo $! >"$state/site2.pid"
     fi
     # Ready when both ends of every uplink's green and blue lanes are up (a test that
-    # starts while one is still connecting sees its handshake) and every site's
-    # client reaches the server through the tunnel.
-    local sites_up=("en site1 $uplinks"); ip netns list | grep -qw "$(ns e2)" && sites_up+=("e2 site2 1")
+    # starts while one is still connecting sees its handshake; cold standby uplinks
+    # are not dialled) and every site's client reaches the server through the tunnel.
+    local cold=0 u
+    for u in "${standby[@]}"; do [ "$u" != cold ] || cold=$((cold + 1)); done
+    local sites_up=("en site1 $((uplinks - cold))"); ip netns list | grep -qw "$(ns e2)" && sites_up+=("e2 site2 1")
     local s entry site n exit_lanes=0
     for s in "${sites_up[@]}"; do
         read -r entry site n <<<"$s"

@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
-use crate::config::{Config, RoleConfig};
+use crate::config::{Config, RoleConfig, UplinkConfig};
 use crate::control::admin::{self, Admin};
 use crate::control::app_stats::AppStats;
 use crate::control::command::DriverCommand;
@@ -24,6 +24,7 @@ use crate::control::pacing_control::{self, PacingControl};
 use crate::control::status::StatusBoard;
 use crate::core::engine::{
     DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, Shard, SiteIdx, SiteSpec,
+    UplinkTier,
 };
 use crate::core::time::Instant;
 use crate::dispatch::{self, ThreadInputs};
@@ -72,6 +73,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     // The entry's dialers run here and change with reloads.
     let dialer_tasks = TaskTracker::new();
     let mut dialers = None;
+    let mut cold_demand = None;
     let mut admission = None;
     let dscp = ColourDscp {
         green: config.abe.green_dscp,
@@ -89,6 +91,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 dialer_tasks.clone(),
             );
             d.apply(entry);
+            cold_demand = Some(d.cold_demand());
             dialers = Some(d);
             let site = SiteSpec {
                 id: entry.site.clone(),
@@ -192,6 +195,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         .zip(inputs)
         .map(|((tun, links), (events, commands))| {
             let mut engine = DataPath::new(engine_config(&config, role, &sites, links.shard));
+            engine.handle_uplink_tiers(&uplink_tiers(&config), config.tiers, clock.now());
             for (site, table) in &tables {
                 if let Some(i) = site_ids.iter().position(|s| s == site)
                     && engine.owns(SiteIdx(i as u32))
@@ -217,6 +221,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 links,
                 status: status.clone(),
                 notifier: notifier.clone(),
+                cold_demand: cold_demand.clone(),
             })
             .context("starting the thread that writes the TUN device")
         })
@@ -276,7 +281,16 @@ fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) 
         .abe(config.abe.queues)
         .shard(shard)
         .warm_up_lanes(true)
+        .tiers(config.tiers)
         .build()
+}
+
+/// The entry's uplinks' tiers (an exit learns its lanes' from their hellos).
+fn uplink_tiers(config: &Config) -> Vec<UplinkTier> {
+    match &config.role {
+        RoleConfig::Entry(entry) => entry.uplinks.iter().map(UplinkConfig::tier).collect(),
+        RoleConfig::Exit(_) => Vec::new(),
+    }
 }
 
 /// The ids of an exit's sites, as its admission checks them.
@@ -414,6 +428,12 @@ impl Reloader {
         }
         if let Some(settings) = plan.background {
             commands.push(DriverCommand::Background(settings));
+        }
+        if let Some((uplinks, settings)) = &plan.tiers {
+            commands.push(DriverCommand::Tiers {
+                uplinks: uplinks.clone(),
+                settings: *settings,
+            });
         }
         if let Some(sites) = &plan.sites {
             // The data path first: a lane of a new site that the new admission lets

@@ -175,8 +175,14 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
                     .delay_variation_ms
                     .map(|v| format!(", delay varying by {v} ms"))
                     .unwrap_or_default();
+                let tier = format!(
+                    ", priority {}{}{}",
+                    u.priority,
+                    if u.cold { ", cold standby" } else { "" },
+                    if u.overflow { ", overflow" } else { "" }
+                );
                 println!(
-                    "uplink {:?}: interface {}, peer {}, rate up {} / down {}{variation}",
+                    "uplink {:?}: interface {}, peer {}, rate up {} / down {}{variation}{tier}",
                     u.name,
                     u.interface,
                     u.peer.as_deref().unwrap_or(&e.exit_address),

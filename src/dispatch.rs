@@ -69,6 +69,10 @@ fn route(
         DriverCommand::Reschedule(config) => every(&|| DriverCommand::Reschedule(config.clone())),
         DriverCommand::DefaultRate(kbps) => every(&|| DriverCommand::DefaultRate(kbps)),
         DriverCommand::Background(settings) => every(&|| DriverCommand::Background(settings)),
+        DriverCommand::Tiers { uplinks, settings } => every(&|| DriverCommand::Tiers {
+            uplinks: uplinks.clone(),
+            settings,
+        }),
         DriverCommand::PublishStatus(done) => every(&|| DriverCommand::PublishStatus(done.clone())),
         DriverCommand::ServeSites(sites) => {
             for site in &sites {

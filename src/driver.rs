@@ -36,6 +36,7 @@ use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
+use crate::lane::client::ColdDemand;
 use crate::lane::io::{LaneInput, LaneIo};
 use crate::lane::{LaneEvent, NewLane};
 use crate::notify::Notifier;
@@ -141,6 +142,8 @@ pub struct Driver {
     notifier: Arc<Notifier>,
     ready: bool,
     lanes_reported: Option<usize>,
+    /// The entry's cold uplinks to dial, as the engine wants them.
+    cold_demand: Option<ColdDemand>,
 }
 
 /// What a driver is built from.
@@ -155,6 +158,7 @@ pub struct DriverParts {
     pub links: ThreadLinks,
     pub status: Arc<StatusBoard>,
     pub notifier: Arc<Notifier>,
+    pub cold_demand: Option<ColdDemand>,
 }
 
 impl Driver {
@@ -170,6 +174,7 @@ impl Driver {
             links,
             status,
             notifier,
+            cold_demand,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
         let tun = Arc::new(tun);
@@ -203,6 +208,7 @@ impl Driver {
             notifier,
             ready: false,
             lanes_reported: None,
+            cold_demand,
         })
     }
 
@@ -370,6 +376,19 @@ impl Driver {
         while let Some((thread, datagram)) = self.engine.poll_handoff() {
             self.handoffs[thread].push(datagram);
         }
+        while let Some(demand) = self.engine.poll_uplink_demand() {
+            if demand.dial {
+                info!(uplink = demand.uplink, "cold uplink needed: dialling it");
+            } else {
+                info!(
+                    uplink = demand.uplink,
+                    "cold uplink no longer needed: hanging it up"
+                );
+            }
+            if let Some(cold) = &self.cold_demand {
+                cold.set(&demand.uplink, demand.dial);
+            }
+        }
     }
 
     /// Hands the packets gathered for other threads over, a batch each; a thread
@@ -511,6 +530,8 @@ impl Driver {
             uplink,
             colour,
             rank,
+            priority,
+            overflow,
             rate_kbps,
         } = lane;
         let up = LaneUp {
@@ -518,6 +539,8 @@ impl Driver {
             uplink: &uplink,
             colour,
             rank,
+            priority,
+            overflow,
             rate_kbps,
         };
         // The exit authenticated the site id; the entry's lanes carry its own.
@@ -625,6 +648,16 @@ impl Driver {
                 if log {
                     let ids: Vec<&str> = sites.iter().map(|s| s.id.as_str()).collect();
                     info!(sites = ids.join(", "), "sites applied");
+                }
+            }
+            DriverCommand::Tiers { uplinks, settings } => {
+                self.engine.handle_uplink_tiers(&uplinks, settings, now);
+                if log {
+                    info!(
+                        hold_ms = settings.hold.as_millis() as u64,
+                        overflow_after_ms = settings.overflow_after.as_millis() as u64,
+                        "uplink tiers applied"
+                    );
                 }
             }
             DriverCommand::PublishStatus(done) => {

@@ -8,9 +8,10 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig, TunConfig};
+use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig, TunConfig, UplinkConfig};
 use crate::core::background::BackgroundSettings;
-use crate::core::engine::SiteSpec;
+use crate::core::engine::{SiteSpec, UplinkTier};
+use crate::core::tiers::TierSettings;
 
 /// The outcome of comparing the running configuration with a new one.
 #[derive(Debug, Default, PartialEq)]
@@ -26,6 +27,9 @@ pub struct ReloadPlan {
     /// Prefixes sent into the tunnel from now on, and those no longer sent.
     pub routes_added: Vec<IpNet>,
     pub routes_removed: Vec<IpNet>,
+    /// The entry's uplinks' tiers and `[tiers]`, when either changed (a changed
+    /// uplink's lanes dial again too, their hello carrying the new tier).
+    pub tiers: Option<(Vec<UplinkTier>, TierSettings)>,
     /// `pacing.default_rate_kbps`, when it changed.
     pub default_rate_kbps: Option<u64>,
     /// `pacing.background_method` and `pacing.background_interval_ms`, when either
@@ -107,6 +111,16 @@ impl ReloadPlan {
         if new.scheduler != running.scheduler {
             plan.scheduler = Some(new.scheduler.clone());
         }
+        let tiers = |c: &Config| match &c.role {
+            RoleConfig::Entry(e) => e.uplinks.iter().map(UplinkConfig::tier).collect(),
+            RoleConfig::Exit(_) => Vec::new(),
+        };
+        let new_tiers: Vec<UplinkTier> = tiers(new);
+        if (new_tiers != tiers(running) || new.tiers != running.tiers)
+            && !plan.fixed.contains(&"role")
+        {
+            plan.tiers = Some((new_tiers, new.tiers));
+        }
         if new.pacing.background != running.pacing.background {
             plan.background = Some(new.pacing.background);
         }
@@ -130,6 +144,7 @@ impl ReloadPlan {
         after.pacing = new.pacing.clone();
         after.tls = new.tls.clone();
         after.log = new.log.clone();
+        after.tiers = new.tiers;
         if !self.fixed.contains(&"role") {
             after.tun.routes.clone_from(&new.tun.routes);
         }
@@ -225,6 +240,21 @@ mod tests {
             plan.fixed.is_empty() && plan.at_restart.is_empty(),
             "{plan:?}"
         );
+        assert_eq!(plan.running_after(&running, &new), new);
+    }
+
+    #[test]
+    fn tier_timing_applies_at_once() {
+        let dir = Dir::new();
+        let running = dir.exit("braid0", "");
+        let new = dir.exit("braid0", "[tiers]\nhold_ms = 2000\n");
+        let plan = ReloadPlan::new(&running, &new);
+        let settings = TierSettings {
+            hold: std::time::Duration::from_secs(2),
+            ..TierSettings::default()
+        };
+        assert_eq!(plan.tiers, Some((Vec::new(), settings)));
+        assert!(plan.fixed.is_empty() && plan.at_restart.is_empty());
         assert_eq!(plan.running_after(&running, &new), new);
     }
 

@@ -17,11 +17,12 @@ use ipnet::IpNet;
 
 use crate::cert::TlsConfig;
 use crate::core::background::{BackgroundSettings, MAX_INTERVAL, MIN_INTERVAL, Method};
-use crate::core::engine::SiteSpec;
+use crate::core::engine::{SiteSpec, UplinkTier};
 use crate::core::field_error::FieldError;
 use crate::core::lane_cc;
 use crate::core::sched::Algorithm;
 use crate::core::shaper::{AbeScheduler, AbeSettings};
+use crate::core::tiers::TierSettings;
 use crate::core::wire::check_name;
 use raw::RawConfig;
 
@@ -56,6 +57,8 @@ pub struct Config {
     pub abe: AbeConfig,
     pub admin: AdminConfig,
     pub log: LogConfig,
+    /// How uplink tiers take over and give back (`[tiers]`).
+    pub tiers: TierSettings,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +89,24 @@ pub struct UplinkConfig {
     /// How much the uplink's one-way delay varies by itself, lowest to highest (ms):
     /// the lanes' delay cap allows it (`core::lane_cc`).
     pub delay_variation_ms: Option<u64>,
+    /// The uplink's tier, 1 highest (`core::tiers`), whether it also carries when
+    /// the better tiers are full, and whether its lanes are dialled only when its
+    /// tier is wanted (`standby = "cold"`).
+    pub priority: u32,
+    pub overflow: bool,
+    pub cold: bool,
+}
+
+impl UplinkConfig {
+    /// Its place in the tiers, as the engine takes it.
+    pub fn tier(&self) -> UplinkTier {
+        UplinkTier {
+            name: self.name.clone(),
+            priority: self.priority,
+            overflow: self.overflow,
+            cold: self.cold,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -280,6 +301,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<Config, FieldError> {
         tun,
         tls,
         scheduler: validate_scheduler(&raw.scheduler)?,
+        tiers: validate_tiers(&raw.tiers)?,
         pacing: PacingConfig {
             state_file: raw.pacing.state_file.as_deref().map(|p| base.join(p)),
             default_rate_kbps: raw.pacing.default_rate_kbps.unwrap_or(0),
@@ -395,6 +417,21 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
             rate_up_kbps: u.rate_up_kbps,
             rate_down_kbps: u.rate_down_kbps,
             delay_variation_ms: u.delay_variation_ms.filter(|&v| v > 0),
+            priority: match u.priority {
+                Some(0) => return err(at("priority"), "must be 1 (the highest) or more"),
+                p => p.unwrap_or(1),
+            },
+            overflow: u.overflow.unwrap_or(false),
+            cold: match u.standby.as_deref() {
+                None | Some("warm") => false,
+                Some("cold") => true,
+                Some(other) => {
+                    return err(
+                        at("standby"),
+                        format!("{other:?} is neither \"warm\" nor \"cold\""),
+                    );
+                }
+            },
         });
     }
     Ok(EntryConfig {
@@ -585,6 +622,24 @@ fn validate_background(raw: &raw::RawPacing) -> Result<BackgroundSettings, Field
         settings.interval = interval;
     }
     Ok(settings)
+}
+
+fn validate_tiers(raw: &raw::RawTiers) -> Result<TierSettings, FieldError> {
+    let defaults = TierSettings::default();
+    let ms = |key: &str, v: Option<u64>, default: Duration| match v {
+        Some(0) => err(format!("tiers.{key}"), "must be at least 1"),
+        Some(ms) if ms > 3_600_000 => err(format!("tiers.{key}"), "must be at most an hour"),
+        Some(ms) => Ok(Duration::from_millis(ms)),
+        None => Ok(default),
+    };
+    Ok(TierSettings {
+        hold: ms("hold_ms", raw.hold_ms, defaults.hold)?,
+        overflow_after: ms(
+            "overflow_after_ms",
+            raw.overflow_after_ms,
+            defaults.overflow_after,
+        )?,
+    })
 }
 
 fn validate_scheduler(raw: &raw::RawScheduler) -> Result<SchedulerConfig, FieldError> {

@@ -26,6 +26,8 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub tiers: RawTiers,
 }
 
 /// A value that may be written as one string or a list of strings.
@@ -72,6 +74,16 @@ pub struct RawUplink {
     pub rate_up_kbps: Option<u64>,
     pub rate_down_kbps: Option<u64>,
     pub delay_variation_ms: Option<u64>,
+    pub priority: Option<u32>,
+    pub standby: Option<String>,
+    pub overflow: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTiers {
+    pub hold_ms: Option<u64>,
+    pub overflow_after_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -40,6 +40,9 @@ fn default_tun_mtu_follows_the_uplink_family() {
         rate_up_kbps: None,
         rate_down_kbps: None,
         delay_variation_ms: None,
+        priority: 1,
+        overflow: false,
+        cold: false,
     };
     let entry = |uplinks| {
         RoleConfig::Entry(EntryConfig {

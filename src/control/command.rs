@@ -6,8 +6,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::SchedulerConfig;
 use crate::core::background::BackgroundSettings;
-use crate::core::engine::{SiteIdx, SiteSpec};
+use crate::core::engine::{SiteIdx, SiteSpec, UplinkTier};
 use crate::core::pacing_table::PacingTable;
+use crate::core::tiers::TierSettings;
 
 /// What the rest of the gateway asks of the data path.
 pub enum DriverCommand {
@@ -25,6 +26,12 @@ pub enum DriverCommand {
     Background(BackgroundSettings),
     /// Serve exactly these sites from now on (an exit's reload changed them).
     ServeSites(Vec<SiteSpec>),
+    /// The entry's uplinks' tiers (none at an exit) and the tiers' timing, from now
+    /// on (a reload changed them).
+    Tiers {
+        uplinks: Vec<UplinkTier>,
+        settings: TierSettings,
+    },
     /// Publish the status now (`GET /v1/status`); each data-path thread answers on
     /// the channel once it has.
     PublishStatus(mpsc::Sender<()>),

@@ -10,7 +10,7 @@ use prometheus::{
     Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::core::engine::{DataPath, GreenDrops, LaneCounters, SiteIdx};
+use crate::core::engine::{DataPath, GreenDrops, LaneCounters, LaneState, SiteIdx};
 use crate::core::lane::{Colour, LaneId};
 use crate::core::reseq::ReseqCounters;
 use crate::core::sched::DecisionKind;
@@ -35,6 +35,7 @@ pub struct Metrics {
     /// `queue_delay_seconds{colour}`, one series per colour by `Colour as usize`.
     queue_delay: Arc<DelayHistograms>,
     uplink_up: IntGaugeVec,
+    uplink_standby: IntGaugeVec,
     lane_srtt: GaugeVec,
     lane_delay_variation: GaugeVec,
     lane_cwnd: IntGaugeVec,
@@ -231,6 +232,11 @@ impl Metrics {
             uplink_up: gauge(
                 "uplink_up",
                 "1 while the uplink has a lane up",
+                &["site", "uplink"],
+            )?,
+            uplink_standby: gauge(
+                "uplink_standby",
+                "1 while the uplink is up but its tier carries no traffic",
                 &["site", "uplink"],
             )?,
             lane_srtt,
@@ -498,9 +504,9 @@ impl Metrics {
         }
     }
 
-    /// `uplink_up` of a site's uplink.
-    fn uplink_up(&self, site: &str, uplink: &str) -> IntGauge {
-        self.uplink_up.with_label_values(&[site, uplink])
+    /// `uplink_up` and `uplink_standby` of a site's uplink.
+    fn uplink_gauges(&self, site: &str, uplink: &str) -> [IntGauge; 2] {
+        [&self.uplink_up, &self.uplink_standby].map(|g| g.with_label_values(&[site, uplink]))
     }
 
     /// The metrics of an application of a site in one direction.
@@ -737,7 +743,9 @@ struct UplinkExport {
     site: String,
     name: String,
     up: IntGauge,
+    standby: IntGauge,
     any_lane_up: bool,
+    any_lane_carrying: bool,
 }
 
 impl Export {
@@ -788,11 +796,14 @@ impl Export {
             .iter()
             .position(|u| u.site == site && u.name == uplink);
         let index = known.unwrap_or_else(|| {
+            let [up, standby] = self.metrics.uplink_gauges(site, uplink);
             self.uplinks.push(UplinkExport {
                 site: site.to_string(),
                 name: uplink.to_string(),
-                up: self.metrics.uplink_up(site, uplink),
+                up,
+                standby,
                 any_lane_up: false,
+                any_lane_carrying: false,
             });
             self.uplinks.len() - 1
         });
@@ -908,6 +919,7 @@ impl Export {
         self.lanes_up = lanes_up;
         for u in &mut self.uplinks {
             u.any_lane_up = false;
+            u.any_lane_carrying = false;
         }
         for (i, l) in self.lanes.iter_mut().enumerate() {
             let Some(l) = l else { continue };
@@ -916,7 +928,9 @@ impl Export {
             };
             let (view, now) = (lane.view, lane.counters);
             let m = &l.metrics;
-            self.uplinks[l.uplink].any_lane_up |= view.up;
+            let uplink = &mut self.uplinks[l.uplink];
+            uplink.any_lane_up |= lane.state.healthy();
+            uplink.any_lane_carrying |= lane.state == LaneState::Up;
             m.srtt.set(view.srtt.as_secs_f64());
             m.delay_variation.set(view.delay_variation.as_secs_f64());
             m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
@@ -951,6 +965,8 @@ impl Export {
         // may fail alone.
         for u in &self.uplinks {
             u.up.set(i64::from(u.any_lane_up));
+            u.standby
+                .set(i64::from(u.any_lane_up && !u.any_lane_carrying));
         }
     }
 }

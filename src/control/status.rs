@@ -109,13 +109,7 @@ impl StatusBuilder {
                 Role::Entry => (tx_bps, rx_bps),
                 Role::Exit => (rx_bps, tx_bps),
             };
-            let state = if lane.replaced {
-                "replaced"
-            } else if lane.view.up {
-                "up"
-            } else {
-                "down"
-            };
+            let state = lane.state.as_str();
             sites[lane.site.0 as usize].lanes.push(LaneStatus {
                 uplink: lane.uplink.to_string(),
                 colour: lane.view.colour.as_str().to_string(),

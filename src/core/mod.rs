@@ -34,5 +34,6 @@ pub mod seen;
 pub mod shaper;
 pub mod site;
 pub mod stats;
+pub mod tiers;
 pub mod time;
 pub mod wire;

@@ -234,6 +234,22 @@ pub struct Hello {
     /// exit of a build before this field still accepts the hello.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_variation_ms: Option<u64>,
+    /// The uplink's tier (1 highest), so that the exit sends on the tier the entry
+    /// does, and whether it carries when the better tier is full. Left out at their
+    /// defaults (1, no), so that an exit of a build before them still accepts the
+    /// hello.
+    #[serde(default = "first_tier", skip_serializing_if = "is_first_tier")]
+    pub priority: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overflow: bool,
+}
+
+fn first_tier() -> u32 {
+    1
+}
+
+fn is_first_tier(priority: &u32) -> bool {
+    *priority == 1
 }
 
 /// The exit's answer to a hello.
@@ -282,6 +298,12 @@ impl Hello {
             return Err(WireError::Invalid {
                 field: "delay_variation_ms",
                 problem: format!("{v} ms is more than {MAX_DELAY_VARIATION_MS}"),
+            });
+        }
+        if hello.priority == 0 {
+            return Err(WireError::Invalid {
+                field: "priority",
+                problem: "must be 1 or more".into(),
             });
         }
         Ok(hello)
@@ -339,8 +361,28 @@ mod tests {
             down_kbps: Some(16_000),
             rank: 2,
             delay_variation_ms: None,
+            priority: 1,
+            overflow: false,
         };
         assert_eq!(Hello::decode(&h.encode()).expect("valid"), h);
+        // The first tier without overflow stays out of the hello too.
+        let first = String::from_utf8_lossy(&h.encode()).to_string();
+        assert!(
+            !first.contains("priority") && !first.contains("overflow"),
+            "{first}"
+        );
+        let backup = Hello {
+            priority: 2,
+            overflow: true,
+            ..h.clone()
+        };
+        assert_eq!(Hello::decode(&backup.encode()).expect("valid"), backup);
+        let zero = Hello {
+            priority: 0,
+            ..h.clone()
+        };
+        let e = Hello::decode(&zero.encode()).expect_err("priority 0");
+        assert!(e.to_string().contains("priority"), "{e}");
         // Undeclared, the delay variation stays out of the hello: an exit of a build
         // before it refuses unknown fields.
         assert!(!String::from_utf8_lossy(&h.encode()).contains("delay_variation"));

@@ -2,6 +2,7 @@
 //! dial the exit from that uplink's interface, authenticate, say hello, hand the lane
 //! to the driver, and redial with backoff when it drops.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -36,6 +37,32 @@ pub struct Dialers {
     exit: (String, String),
     /// The uplinks dialed now, each with the token that stops its dialer.
     running: Vec<(UplinkConfig, CancellationToken)>,
+    /// The cold uplinks the data path wants dialled.
+    cold: ColdDemand,
+}
+
+/// Which cold uplinks (`standby = "cold"`) the data path wants dialled, by name: set
+/// by the driver as the engine decides, followed by those uplinks' dialers.
+#[derive(Clone)]
+pub struct ColdDemand(Arc<watch::Sender<BTreeSet<String>>>);
+
+impl Default for ColdDemand {
+    fn default() -> ColdDemand {
+        ColdDemand(Arc::new(watch::Sender::new(BTreeSet::new())))
+    }
+}
+
+impl ColdDemand {
+    /// Wants `uplink` dialled (`dial`) or hung up.
+    pub fn set(&self, uplink: &str, dial: bool) {
+        self.0.send_if_modified(|wanted| {
+            if dial {
+                wanted.insert(uplink.to_string())
+            } else {
+                wanted.remove(uplink)
+            }
+        });
+    }
 }
 
 impl Dialers {
@@ -57,6 +84,7 @@ impl Dialers {
             tracker,
             exit: Default::default(),
             running: Vec::new(),
+            cold: ColdDemand::default(),
         }
     }
 
@@ -83,12 +111,19 @@ impl Dialers {
             let stop = self.shutdown.child_token();
             for colour in Colour::ALL {
                 let dscp = self.dscp.of(colour);
-                let dialer = Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
+                let mut dialer =
+                    Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
+                dialer.cold = uplink.cold.then(|| self.cold.0.subscribe());
                 self.tracker
                     .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
             }
             self.running.push((uplink.clone(), stop));
         }
+    }
+
+    /// What the driver sets as the data path wants cold uplinks dialled.
+    pub fn cold_demand(&self) -> ColdDemand {
+        self.cold.clone()
     }
 
     /// Every lane's next handshake uses `tls` (new certificate files); lanes up now
@@ -111,6 +146,9 @@ pub struct Dialer {
     pub dscp: u8,
     /// The TLS configuration of the next handshake.
     pub tls: watch::Receiver<Arc<rustls::ClientConfig>>,
+    /// A cold uplink's: the uplinks the data path wants dialled. Its lane is up
+    /// only while this one is among them.
+    pub cold: Option<watch::Receiver<BTreeSet<String>>>,
 }
 
 impl Dialer {
@@ -135,12 +173,46 @@ impl Dialer {
             colour,
             dscp,
             tls,
+            cold: None,
         }
     }
 
-    /// Keeps this uplink's lane up until `shutdown`.
+    /// Whether the lane is wanted now: always, unless the uplink is cold and the
+    /// data path does not want it.
+    fn wanted(&self) -> bool {
+        self.cold
+            .as_ref()
+            .is_none_or(|w| w.borrow().contains(&self.uplink.name))
+    }
+
+    /// Returns once the lane is wanted; false at `shutdown`.
+    async fn until_wanted(&mut self, shutdown: &CancellationToken) -> bool {
+        let name = self.uplink.name.clone();
+        let Some(cold) = self.cold.as_mut() else {
+            return true;
+        };
+        tokio::select! {
+            r = cold.wait_for(|w| w.contains(&name)) => r.is_ok(),
+            () = shutdown.cancelled() => false,
+        }
+    }
+
+    /// Returns once the lane is no longer wanted (never for a warm uplink).
+    async fn until_unwanted(&mut self) {
+        let name = self.uplink.name.clone();
+        match self.cold.as_mut() {
+            Some(cold) => {
+                if cold.wait_for(|w| !w.contains(&name)).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Keeps this uplink's lane up until `shutdown` (a cold one's while wanted).
     pub async fn run(
-        self,
+        mut self,
         events: mpsc::Sender<LaneEvent>,
         clock: Clock,
         shutdown: CancellationToken,
@@ -149,6 +221,13 @@ impl Dialer {
         async move {
             let mut redial = Redial::new(HELLO_TIMEOUT);
             loop {
+                if !self.wanted() {
+                    info!("cold standby: dialled when its tier is needed");
+                    if !self.until_wanted(&shutdown).await {
+                        return;
+                    }
+                    info!("its tier is needed: dialling");
+                }
                 let limit = redial.attempt_limit();
                 let attempt = tokio::select! {
                     r = tokio::time::timeout(limit, self.connect()) => r.unwrap_or_else(|_| {
@@ -167,6 +246,8 @@ impl Dialer {
                             uplink: self.uplink.name.clone(),
                             colour: self.colour,
                             rank: self.rank,
+                            priority: self.uplink.priority,
+                            overflow: self.uplink.overflow,
                             rate_kbps: self.uplink.rate_up_kbps,
                             path,
                         };
@@ -178,6 +259,12 @@ impl Dialer {
                             () = shutdown.cancelled() => {
                                 conn.close(0u32.into(), b"shutdown");
                                 return;
+                            }
+                            () = self.until_unwanted() => {
+                                info!("its tier is no longer needed: hanging up");
+                                conn.close(0u32.into(), b"standby");
+                                redial.connected();
+                                continue;
                             }
                         }
                         redial.lane_down(clock.now().saturating_since(up_since), conn.rtt());
@@ -219,6 +306,8 @@ impl Dialer {
             down_kbps: self.uplink.rate_down_kbps,
             rank: self.rank,
             delay_variation_ms: self.uplink.delay_variation_ms,
+            priority: self.uplink.priority,
+            overflow: self.uplink.overflow,
         };
         let bind = SocketAddr::new(
             self.uplink.source.unwrap_or(if peer.is_ipv6() {

@@ -45,6 +45,9 @@ pub struct NewLane {
     pub colour: Colour,
     /// The uplink's position in the entry's configuration.
     pub rank: u32,
+    /// The uplink's tier and whether it overflows (`uplinks[].priority`, `overflow`).
+    pub priority: u32,
+    pub overflow: bool,
     /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
     pub rate_kbps: Option<u64>,
     /// What the lane's congestion controller knows of the uplink.

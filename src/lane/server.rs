@@ -224,6 +224,8 @@ async fn admit(
                 uplink: hello.uplink,
                 colour: hello.colour,
                 rank: hello.rank,
+                priority: hello.priority,
+                overflow: hello.overflow,
                 rate_kbps: hello.down_kbps,
                 path: uplink.clone(),
             })

@@ -10,6 +10,7 @@ use crate::core::pacing_table::Direction;
 use crate::core::sched::Algorithm;
 use crate::core::shaper::AbeSettings;
 use crate::core::site::SiteIdx;
+use crate::core::tiers::TierSettings;
 
 use super::LANE_QUEUE_LIMIT;
 use super::liveness::LANE_STALL;
@@ -94,6 +95,8 @@ pub struct EngineConfig {
     /// come up ([`DataPath::warm_up`]): on in the daemon; off where only the packets
     /// a test sends should cross its lanes.
     pub warm_up_lanes: bool,
+    /// How the uplinks' tiers take over and give back (`[tiers]`).
+    pub tiers: TierSettings,
 }
 
 /// The daemon's settings where its configuration has a default, an entry serving no
@@ -116,6 +119,7 @@ impl Default for EngineConfig {
             abe: AbeSettings::default(),
             shard: Shard::ONLY,
             warm_up_lanes: true,
+            tiers: TierSettings::default(),
         }
     }
 }
@@ -161,6 +165,7 @@ impl EngineConfigBuilder {
         abe: AbeSettings,
         shard: Shard,
         warm_up_lanes: bool,
+        tiers: TierSettings,
     }
 
     pub fn build(self) -> EngineConfig {

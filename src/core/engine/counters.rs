@@ -48,10 +48,37 @@ pub struct LaneReport<'a> {
     pub uplink: &'a str,
     pub view: &'a LaneView,
     pub counters: &'a LaneCounters,
-    /// When it last went up or down.
+    /// When it last changed state.
     pub state_since: Instant,
+    pub state: LaneState,
+}
+
+/// A lane's state as the operator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneState {
+    /// Carries traffic.
+    Up,
+    /// Healthy, but its uplink's tier does not carry now (`core::tiers`).
+    Standby,
+    Down,
     /// Replaced by a newer lane of its uplink and colour.
-    pub replaced: bool,
+    Replaced,
+}
+
+impl LaneState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaneState::Up => "up",
+            LaneState::Standby => "standby",
+            LaneState::Down => "down",
+            LaneState::Replaced => "replaced",
+        }
+    }
+
+    /// Connected and heard from: carrying or ready to.
+    pub fn healthy(self) -> bool {
+        matches!(self, LaneState::Up | LaneState::Standby)
+    }
 }
 
 /// Green packets DSD dropped (`abe_green_drops_total{reason}`).
@@ -143,7 +170,15 @@ impl DataPath {
             view,
             counters: &l.counters,
             state_since: l.state_since,
-            replaced: l.retired,
+            state: if l.retired {
+                LaneState::Replaced
+            } else if l.healthy && l.standby {
+                LaneState::Standby
+            } else if view.up {
+                LaneState::Up
+            } else {
+                LaneState::Down
+            },
         })
     }
 
@@ -162,12 +197,9 @@ impl DataPath {
         self.role == Role::Exit || self.lanes_up() > 0
     }
 
-    /// Lanes that are up.
+    /// Lanes that are up, carrying or standing by.
     pub fn lanes_up(&self) -> usize {
-        self.sites
-            .iter()
-            .map(|s| s.lanes.iter().filter(|v| v.up).count())
-            .sum()
+        self.lanes.iter().flatten().filter(|l| l.healthy).count()
     }
 
     /// Per-application pacing state (tables, queues, flows, targets).

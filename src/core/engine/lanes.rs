@@ -21,6 +21,14 @@ pub(super) struct Lane {
     pub site: SiteIdx,
     pub uplink: String,
     pub colour: Colour,
+    /// Its uplink's tier (1 highest) and whether it carries when the better tier is
+    /// full (`overflow`): see `core::tiers`.
+    pub priority: u32,
+    pub overflow: bool,
+    /// Up by its own state: connected, heard from, not recovering. Scheduled only
+    /// while its tier carries too, not on `standby` (`standby.rs`).
+    pub healthy: bool,
+    pub standby: bool,
     /// Replaced by a newer lane of the same uplink and colour: never scheduled again.
     pub retired: bool,
     /// The last sample's sign of life, and when it last grew.
@@ -99,6 +107,10 @@ impl Lane {
             site,
             uplink: uplink.to_string(),
             colour,
+            priority: 1,
+            overflow: false,
+            healthy: false,
+            standby: false,
             retired: false,
             rx_datagrams: 0,
             heard_at: now,

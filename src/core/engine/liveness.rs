@@ -318,7 +318,10 @@ impl DataPath {
         for (i, l) in self.lanes.iter_mut().enumerate() {
             let Some(l) = l else { continue };
             let id = LaneId(i as u32);
-            let Some(v) = view_mut(&mut self.sites, l.site, id).filter(|v| v.up) else {
+            if !l.healthy {
+                continue;
+            }
+            let Some(v) = view_mut(&mut self.sites, l.site, id) else {
                 continue;
             };
             let silent_from = l.silent_from(self.lane_stall);
@@ -329,6 +332,7 @@ impl DataPath {
                 self.timers.set(Timer::StallCheck, Some(now));
             } else if silent_from <= now {
                 v.up = false;
+                l.healthy = false;
                 l.recovering = true;
                 l.state_since = now;
                 l.counters.stalls += 1;
@@ -343,6 +347,10 @@ impl DataPath {
             }
         }
         for (id, srtt) in stalled {
+            // Before what it lost is sent again: over the tier that takes over.
+            if let Some(Some(l)) = self.lanes.get(id.0 as usize) {
+                self.review_tiers(l.site, now);
+            }
             self.give_up(id, srtt, now);
         }
     }

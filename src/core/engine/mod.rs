@@ -45,6 +45,7 @@ mod liveness;
 mod repair;
 mod shaping;
 mod sites;
+mod standby;
 mod steering;
 #[cfg(test)]
 mod tests;
@@ -69,21 +70,24 @@ use super::route::PrefixMap;
 use super::sched::Algorithm;
 use super::shaper::{AbeSettings, Released};
 use super::stats::{DelayHistogram, DropReason};
+use super::tiers::TierSettings;
 use super::time::Instant;
 use super::wire::{DATAGRAM_HEADER_LEN, Datagram};
 
 pub use super::site::SiteIdx;
 pub use config::{EngineConfig, EngineConfigBuilder, Role, Shard, SiteSpec};
-pub use counters::{GreenDrops, LaneCounters, LaneReport, ShaperReport};
+pub use counters::{GreenDrops, LaneCounters, LaneReport, LaneState, ShaperReport};
 pub use liveness::{
     KEEP_ALIVE, LANE_STALL, LaneService, PEER_ACK_DELAY, PROBE_INTERVAL, answer_timeout,
 };
 pub use repair::{RESEND_MAX_BYTES, RESEND_WINDOW};
+pub use standby::{UplinkDemand, UplinkTier};
 
 use forward::Packet;
 use lanes::Lane;
 use shaping::UplinkShaper;
 use sites::{Site, prefix_map, schedulers, view_mut};
+use standby::{ColdUplink, TierScratch};
 use timers::{Timer, TimerTable, earliest};
 
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
@@ -115,6 +119,10 @@ pub struct LaneUp<'a> {
     pub colour: Colour,
     /// The uplink's position in the entry's configuration.
     pub rank: u32,
+    /// The uplink's tier (1 highest) and whether it carries when the better tier is
+    /// full (see `core::tiers`).
+    pub priority: u32,
+    pub overflow: bool,
     /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
     pub rate_kbps: Option<u64>,
 }
@@ -199,6 +207,14 @@ pub struct DataPath {
     revised_at: Instant,
     /// When flows with deadlines were last reviewed.
     deadlines_reviewed_at: Instant,
+    /// The tiers' timing; the entry's cold uplinks, and whether each is to be dialled
+    /// or hung up (for the shell); when the tiers were first configured (cold
+    /// uplinks are not dialled in the first moments, see `standby.rs`).
+    tier_settings: TierSettings,
+    cold_uplinks: Vec<ColdUplink>,
+    uplink_demands: VecDeque<UplinkDemand>,
+    tiers_started: Option<Instant>,
+    tier_scratch: TierScratch,
     reply: [u8; MAX_REPLY_LEN],
 }
 
@@ -266,6 +282,11 @@ impl DataPath {
             background: config.background,
             revised_at: Instant::ZERO,
             deadlines_reviewed_at: Instant::ZERO,
+            tier_settings: config.tiers,
+            cold_uplinks: Vec::new(),
+            uplink_demands: VecDeque::new(),
+            tiers_started: None,
+            tier_scratch: TierScratch::default(),
             reply: [0; MAX_REPLY_LEN],
         }
     }
@@ -406,6 +427,7 @@ impl DataPath {
                 && old.uplink == up.uplink
             {
                 old.retired = true;
+                old.healthy = false;
                 old.state_since = now;
                 let id = LaneId(i as u32);
                 self.lanes_to_close.push_back((id, LaneClose::Replaced));
@@ -414,7 +436,11 @@ impl DataPath {
                 }
             }
         }
-        let lane = Lane::new(site, up.uplink, up.colour, now);
+        let lane = Lane {
+            priority: up.priority,
+            overflow: up.overflow,
+            ..Lane::new(site, up.uplink, up.colour, now)
+        };
         let id = match self.lanes.iter().position(Option::is_none) {
             Some(free) => {
                 self.lanes[free] = Some(lane);
@@ -546,14 +572,14 @@ impl DataPath {
             recovered = true;
         }
         let fill = l.fill(&self.shapers);
-        let up = !l.retired && !l.closed && sample.max_datagram > 0 && alive && !l.recovering;
-        if up {
+        let healthy = !l.retired && !l.closed && sample.max_datagram > 0 && alive && !l.recovering;
+        if healthy {
             self.timers.earliest(Timer::StallCheck, Some(silent_from));
         }
         let mut stalled = false;
         if let Some(v) = view_mut(&mut self.sites, l.site, lane) {
-            if v.up != up {
-                if v.up && !alive {
+            if l.healthy != healthy {
+                if l.healthy && !alive {
                     l.counters.stalls += 1;
                     stalled = true;
                 } else if recovered {
@@ -563,7 +589,8 @@ impl DataPath {
                 }
                 l.state_since = now;
             }
-            v.up = up;
+            l.healthy = healthy;
+            v.up = healthy && !l.standby;
             v.srtt = sample.srtt;
             v.min_srtt = l.min_srtt.observe(sample.srtt, now);
             if lost_more || sample.cwnd < v.cwnd {
@@ -594,13 +621,16 @@ impl DataPath {
             v.fill = fill;
             v.max_datagram = sample.max_datagram;
         }
-        let site = &mut self.sites[l.site.0 as usize];
+        let site_idx = l.site;
+        // Before what a silent lane lost is sent again: over the tier that takes over.
+        self.review_tiers(site_idx, now);
+        let site = &mut self.sites[site_idx.0 as usize];
         site.reseq.set_base_deadline(base_deadline(&site.lanes));
         if stalled {
             self.give_up(lane, sample.srtt, now);
         } else {
             self.warm_up(lane, now);
-            if up {
+            if healthy {
                 self.report_variation(lane, sample.learned_variation, now);
             }
         }
@@ -672,6 +702,7 @@ impl DataPath {
                 && !self.sites[l.site.0 as usize].served
             {
                 l.retired = true;
+                l.healthy = false;
                 l.state_since = now;
                 let id = LaneId(i as u32);
                 self.lanes_to_close.push_back((id, LaneClose::SiteRemoved));

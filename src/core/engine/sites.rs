@@ -13,6 +13,7 @@ use crate::core::reseq::{RESEQ_MIN_DEADLINE, Resequencer};
 use crate::core::route::PrefixMap;
 use crate::core::sched::{Algorithm, Scheduler};
 use crate::core::site::SiteIdx;
+use crate::core::tiers::Tiers;
 use crate::core::time::Instant;
 
 use super::DataPath;
@@ -44,6 +45,8 @@ pub(super) struct Site {
     pub duplicate_budget: DuplicateBudget,
     /// The lanes' queue over the background applications' control interval.
     pub background_queue: QueueSamples,
+    /// Which of its uplinks' tiers carry (`standby.rs`).
+    pub tiers: Tiers,
 }
 
 impl Site {
@@ -65,6 +68,7 @@ impl Site {
             striped_drops: StripedDrops::default(),
             duplicate_budget: DuplicateBudget::default(),
             background_queue: QueueSamples::default(),
+            tiers: Tiers::default(),
         }
     }
 }

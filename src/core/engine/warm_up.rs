@@ -42,10 +42,20 @@ impl DataPath {
         if !self.warm_up_lanes || !l.in_first_slow_start() {
             return;
         }
+        // A lane of a better tier than the one carrying is about to take the traffic
+        // back (after the tiers' hold): it opens its window meanwhile, not once the
+        // traffic is on it. A lower tier's lane stands by unpadded: a backup may
+        // be billed by the byte.
+        let returning = l.healthy
+            && self.sites[l.site.0 as usize]
+                .tiers
+                .carrying()
+                .tier
+                .is_some_and(|active| l.priority < active);
         let Some(view) = view_mut(&mut self.sites, l.site, lane) else {
             return;
         };
-        if !view.up || view.colour != Colour::Blue || view.cwnd >= MAX_START_WINDOW {
+        if !(view.up || returning) || view.colour != Colour::Blue || view.cwnd >= MAX_START_WINDOW {
             return;
         }
         self.timers

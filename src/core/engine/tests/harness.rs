@@ -120,6 +120,8 @@ pub(super) fn coloured_lane_up(
         uplink,
         colour,
         rank: 0,
+        priority: 1,
+        overflow: false,
         rate_kbps: None,
     };
     let id = e.handle_lane_up(up, now).expect("known site");
@@ -428,6 +430,8 @@ impl Pair {
                     uplink: &uplink,
                     colour: Colour::Blue,
                     rank: i as u32,
+                    priority: 1,
+                    overflow: false,
                     rate_kbps: Some(spec.rate_bps / 1000),
                 };
                 SimLane {

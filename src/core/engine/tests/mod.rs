@@ -8,6 +8,7 @@ mod repair;
 mod routing;
 mod shaping;
 mod steering;
+mod tiers;
 mod variation_report;
 mod warm_up;
 mod whole_path;

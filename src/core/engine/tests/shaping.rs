@@ -32,6 +32,8 @@ fn shaped_uplink(scheduler: AbeScheduler) -> (Vec<Duration>, u64) {
             uplink: "dsl",
             colour,
             rank: 0,
+            priority: 1,
+            overflow: false,
             rate_kbps: Some(10_000),
         };
         e.handle_lane_up(up, at(0)).expect("site a")
@@ -115,6 +117,8 @@ fn first_standing_queue_drop(srtt: Duration) -> u64 {
         uplink: "dsl",
         colour: Colour::Blue,
         rank: 0,
+        priority: 1,
+        overflow: false,
         rate_kbps: Some(10_000),
     };
     let lane = e.handle_lane_up(up, at(0)).expect("site a");
@@ -164,6 +168,8 @@ fn a_shaped_lane_returns_while_the_other_colour_keeps_its_uplink_shaper_busy() {
             uplink: "dsl",
             colour,
             rank: 0,
+            priority: 1,
+            overflow: false,
             rate_kbps: Some(1_000),
         };
         let id = e.handle_lane_up(up, at(0)).expect("site a");

@@ -1,0 +1,255 @@
+//! Uplink tiers in the data path: standby lanes carry nothing, the next tier takes
+//! over when the active one is down and gives back after the hold, cold uplinks are
+//! dialled and hung up, and an overflow tier joins a full one.
+
+use std::time::Duration;
+
+use crate::core::engine::*;
+use crate::core::lane::{Colour, LaneId, LaneSample};
+use crate::core::packet::tests::tcp_v4;
+use crate::core::sched::Algorithm;
+use crate::core::tiers::TierSettings;
+
+use super::harness::*;
+
+const SETTINGS: TierSettings = TierSettings {
+    hold: Duration::from_secs(5),
+    overflow_after: Duration::from_secs(1),
+};
+
+fn tier(name: &str, priority: u32, overflow: bool, cold: bool) -> UplinkTier {
+    UplinkTier {
+        name: name.into(),
+        priority,
+        overflow,
+        cold,
+    }
+}
+
+/// An entry of site a whose uplinks are `tiers`, configured at time zero.
+fn tiered(tiers: &[UplinkTier]) -> DataPath {
+    let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+    e.handle_uplink_tiers(tiers, SETTINGS, at(0));
+    e
+}
+
+/// Brings up the blue lane of `uplink` (of the tier `tiers` give it) at `now`.
+fn tier_lane_up(e: &mut DataPath, tiers: &[UplinkTier], uplink: &str, now: Instant) -> LaneId {
+    let t = tiers.iter().find(|t| t.name == uplink).expect("configured");
+    let up = LaneUp {
+        site: "a",
+        uplink,
+        colour: Colour::Blue,
+        rank: 0,
+        priority: t.priority,
+        overflow: t.overflow,
+        rate_kbps: None,
+    };
+    let id = e.handle_lane_up(up, now).expect("site a");
+    e.handle_lane_sample(id, sample(1400, 1), now);
+    id
+}
+
+/// The lanes 40 packets of different flows went out on.
+fn lanes_used(e: &mut DataPath, now: Instant) -> Vec<LaneId> {
+    let mut used: Vec<LaneId> = (0..40u16)
+        .filter_map(|port| {
+            sent_on(
+                e,
+                &tcp_v4("198.18.0.2", 1000 + port, "203.0.113.1", 80),
+                now,
+            )
+        })
+        .collect();
+    used.sort();
+    used.dedup();
+    used
+}
+
+fn state(e: &DataPath, lane: LaneId) -> LaneState {
+    e.lane(lane).expect("lane").state
+}
+
+#[test]
+fn the_backup_carries_nothing_while_a_primary_is_up_takes_over_at_once_and_gives_back_after_the_hold()
+ {
+    let tiers = [
+        tier("dsl", 1, false, false),
+        tier("cable", 1, false, false),
+        tier("lte", 2, false, false),
+    ];
+    let mut e = tiered(&tiers);
+    let [dsl, cable, lte] = ["dsl", "cable", "lte"].map(|u| tier_lane_up(&mut e, &tiers, u, at(0)));
+    assert_eq!(lanes_used(&mut e, at(10)), [dsl, cable]);
+    assert_eq!(state(&e, lte), LaneState::Standby);
+    assert_eq!(e.lanes_up(), 3, "a standby lane is up, ready");
+
+    // The DSL closes: the cable carries alone, the backup still nothing.
+    let closed = LaneSample {
+        closed: true,
+        ..sample(1400, 1)
+    };
+    e.handle_lane_sample(dsl, closed, at(100));
+    assert_eq!(lanes_used(&mut e, at(100)), [cable]);
+
+    // The cable falls silent too: the backup takes over as the cable is given up.
+    let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+    for t in [150, 200] {
+        e.handle_lane_sample(cable, sample(1400, 1), at(t));
+        e.handle_lane_sample(lte, sample(1400, t), at(t));
+        sent_on(&mut e, &pkt, at(t));
+    }
+    e.handle_timeout(at(1000));
+    e.handle_lane_sample(cable, sample(1400, 1), at(1000));
+    e.handle_lane_sample(lte, sample(1400, 1000), at(1000));
+    e.handle_timeout(at(1000));
+    assert_eq!(state(&e, cable), LaneState::Down);
+    assert_eq!(state(&e, lte), LaneState::Up);
+    assert_eq!(lanes_used(&mut e, at(1000)), [lte]);
+
+    // The cable is heard again at 1.1 s: traffic stays on the backup for the hold,
+    // and returns at 6.1 s.
+    e.handle_lane_sample(cable, drained(&e, cable, 2), at(1100));
+    assert_eq!(state(&e, cable), LaneState::Standby);
+    for t in (1200..6100).step_by(100) {
+        e.handle_lane_sample(cable, drained(&e, cable, t), at(t));
+        e.handle_lane_sample(lte, drained(&e, lte, t), at(t));
+        assert_eq!(lanes_used(&mut e, at(t)), [lte], "at {t} ms");
+    }
+    e.handle_lane_sample(cable, drained(&e, cable, 6100), at(6100));
+    assert_eq!(lanes_used(&mut e, at(6100)), [cable]);
+    assert_eq!(state(&e, lte), LaneState::Standby);
+}
+
+#[test]
+fn a_cold_uplink_is_dialled_when_the_primary_is_down_and_hung_up_once_it_is_back() {
+    let tiers = [tier("dsl", 1, false, false), tier("lte", 2, false, true)];
+    let mut e = tiered(&tiers);
+    let dsl = tier_lane_up(&mut e, &tiers, "dsl", at(100));
+    for t in (200..5000).step_by(100) {
+        e.handle_lane_sample(dsl, sample(1400, t), at(t));
+    }
+    assert_eq!(e.poll_uplink_demand(), None, "the primary is up");
+    let closed = LaneSample {
+        closed: true,
+        ..sample(1400, 5000)
+    };
+    e.handle_lane_sample(dsl, closed, at(5000));
+    assert_eq!(
+        e.poll_uplink_demand(),
+        Some(UplinkDemand {
+            uplink: "lte".into(),
+            dial: true
+        })
+    );
+    let lte = tier_lane_up(&mut e, &tiers, "lte", at(5200));
+    assert_eq!(lanes_used(&mut e, at(5200)), [lte]);
+    // The DSL's new lane: the LTE carries for the hold, stays connected a little
+    // longer (what the exit still sends it arrives), then is hung up.
+    e.handle_lane_closed(dsl);
+    let dsl = tier_lane_up(&mut e, &tiers, "dsl", at(6000));
+    for t in (6100..11_000).step_by(100) {
+        e.handle_lane_sample(dsl, sample(1400, t), at(t));
+        e.handle_lane_sample(lte, drained(&e, lte, t), at(t));
+    }
+    e.handle_lane_sample(dsl, sample(1400, 11_000), at(11_000));
+    assert_eq!(lanes_used(&mut e, at(11_000)), [dsl]);
+    for t in (11_100..13_000).step_by(100) {
+        e.handle_lane_sample(dsl, sample(1400, t), at(t));
+    }
+    assert_eq!(e.poll_uplink_demand(), None);
+    e.handle_lane_sample(dsl, sample(1400, 13_000), at(13_000));
+    assert_eq!(
+        e.poll_uplink_demand(),
+        Some(UplinkDemand {
+            uplink: "lte".into(),
+            dial: false
+        })
+    );
+}
+
+#[test]
+fn a_cold_uplink_is_not_dialled_while_the_gateway_starts() {
+    let tiers = [tier("dsl", 1, false, false), tier("lte", 2, false, true)];
+    let mut e = tiered(&tiers);
+    // No lane yet: the DSL is still connecting for the first three seconds.
+    e.handle_uplink_tiers(&tiers, SETTINGS, at(2900));
+    assert_eq!(e.poll_uplink_demand(), None);
+    e.handle_uplink_tiers(&tiers, SETTINGS, at(3000));
+    assert_eq!(
+        e.poll_uplink_demand().map(|d| d.dial),
+        Some(true),
+        "no better uplink came up"
+    );
+}
+
+#[test]
+fn an_overflow_uplink_joins_while_the_primary_is_full_and_leaves_after_the_hold() {
+    let tiers = [
+        tier("dsl", 1, false, false),
+        tier("lte", 2, true, false),
+        tier("sat", 3, false, false),
+    ];
+    let mut e = tiered(&tiers);
+    let [dsl, lte, sat] = ["dsl", "lte", "sat"].map(|u| tier_lane_up(&mut e, &tiers, u, at(0)));
+    assert_eq!(lanes_used(&mut e, at(0)), [dsl]);
+    let full = |e: &DataPath, lane, t| LaneSample {
+        quinn_queued_bytes: 50_000,
+        ..drained(e, lane, t)
+    };
+    let mut joined = None;
+    for t in (100..3000).step_by(100) {
+        e.handle_lane_sample(dsl, full(&e, dsl, t), at(t));
+        e.handle_lane_sample(lte, drained(&e, lte, t), at(t));
+        if state(&e, lte) == LaneState::Up {
+            joined = Some(t);
+            break;
+        }
+    }
+    let joined = joined.expect("the overflow uplink never joined");
+    assert!((1000..=2000).contains(&joined), "joined at {joined} ms");
+    assert_eq!(state(&e, sat), LaneState::Standby, "not an overflow uplink");
+    assert!(lanes_used(&mut e, at(joined)).contains(&lte));
+    // The DSL's queue empties: the LTE stays for the hold, then stands by again.
+    let mut left = None;
+    for t in (joined + 100..joined + 10_000).step_by(100) {
+        e.handle_lane_sample(dsl, drained(&e, dsl, t), at(t));
+        e.handle_lane_sample(lte, drained(&e, lte, t), at(t));
+        if state(&e, lte) == LaneState::Standby {
+            left = Some(t - joined);
+            break;
+        }
+    }
+    let left = left.expect("the overflow never stopped");
+    assert!(
+        (5000..=7000).contains(&left),
+        "left {left} ms after joining"
+    );
+    assert_eq!(lanes_used(&mut e, at(joined + 10_000)), [dsl]);
+}
+
+#[test]
+fn the_exit_follows_the_tiers_its_lanes_hello_gave() {
+    let mut e = exit_engine();
+    let lane = |e: &mut DataPath, uplink, priority| {
+        let up = LaneUp {
+            site: "a",
+            uplink,
+            colour: Colour::Blue,
+            rank: 0,
+            priority,
+            overflow: false,
+            rate_kbps: None,
+        };
+        let id = e.handle_lane_up(up, at(0)).expect("site a");
+        e.handle_lane_sample(id, sample(1400, 1), at(0));
+        id
+    };
+    let dsl = lane(&mut e, "dsl", 1);
+    let lte = lane(&mut e, "lte", 2);
+    let pkt = to_site_a();
+    for _ in 0..10 {
+        assert_eq!(sent_on(&mut e, &pkt, at(1)), Some(dsl));
+    }
+    assert_eq!(state(&e, lte), LaneState::Standby);
+}
