@@ -1638,6 +1638,55 @@ fn a_reload_applies_the_scheduler_and_uplinks_names_what_it_keeps_and_ignores_an
 }
 
 #[test]
+fn a_site_reaches_another_through_the_exit_only_where_site_to_site_is_allowed() {
+    // Each site routes the other's LAN into its tunnel; the exit refuses at first.
+    let tb = Testbed::up(
+        "e2es2s",
+        &[("RATES", "0"), ("SITES", "2"), ("SITE_TO_SITE", "0")],
+    );
+    tb.start();
+    let reaches = |from: &str, to: &str| {
+        tb.run(from, &["ping", "-c", "3", "-i", "0.2", "-W", "1", to])
+            .status
+            .success()
+    };
+    assert!(!reaches("cl", CLIENT2_V4));
+    assert!(!reaches("c2", CLIENT_V4));
+    let refused = || tb.metric("ex", "braid_packets_dropped_total{reason=\"site_to_site\"}");
+    assert!(refused() >= 6.0, "{}", tb.metrics("ex"));
+
+    // Allowed by a reload: both ways.
+    let config = tb.path("exit.toml");
+    let text = std::fs::read_to_string(&config).expect("exit configuration");
+    std::fs::write(
+        &config,
+        text.replace("site_to_site = false", "site_to_site = true"),
+    )
+    .expect("write");
+    let exit = tb.gateway_pid("exit");
+    nix::sys::signal::kill(exit, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    assert!(
+        eventually(Duration::from_secs(5), || reaches("cl", CLIENT2_V4)),
+        "{}",
+        tb.logs()
+    );
+    assert!(reaches("c2", CLIENT_V4));
+    let before = refused();
+    // Anti-spoofing still holds: site 1 cannot send as site 2's host.
+    tb.ok("cl", &["ip", "addr", "add", "198.18.2.77/32", "dev", "lan"]);
+    assert!(
+        !tb.run(
+            "cl",
+            &["ping", "-c", "2", "-W", "1", "-I", "198.18.2.77", SERVER_V4]
+        )
+        .status
+        .success()
+    );
+    assert!(tb.metric("ex", "braid_packets_dropped_total{reason=\"spoofed\"}") >= 2.0);
+    assert_eq!(refused(), before);
+}
+
+#[test]
 fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
     let tb = Testbed::up("e2esites", &[("RATES", "0"), ("SITES", "2")]);
     tb.start();

@@ -36,6 +36,8 @@
 #   PRIORITIES="1 1 2" STANDBY="warm warm cold" OVERFLOW="0 0 1"  site1's uplinks'
 #                      priority, standby and overflow (unset: the keys are left out)
 #   TIERS_HOLD_MS=N TIERS_OVERFLOW_AFTER_MS=N  [tiers] of both gateways
+#   SITE_TO_SITE=0|1   the exit's site_to_site, and each site routes the other's LAN
+#                      into its tunnel (unset: neither)
 #   EXIT_ADMIN_LISTEN=0.0.0.0:9190  admin.listen of the exit (default 127.0.0.1:9190);
 #                      on every address, the entry's namespace reaches it at the
 #                      exit's service address (a controller there reads both)
@@ -146,7 +148,12 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "[tun]"
         echo "name = \"braid0\""
         echo "address = [\"198.18.251.1/32\", \"fd00:251::1/128\"]"
-        echo "routes = [\"198.18.100.0/24\", \"fd00:100::/64\"]"
+        if [ -n "${SITE_TO_SITE:-}" ]; then
+            local other=$([ "$2" = site1 ] && echo 2 || echo 1)
+            echo "routes = [\"198.18.100.0/24\", \"fd00:100::/64\", \"198.18.$other.0/24\"]"
+        else
+            echo "routes = [\"198.18.100.0/24\", \"fd00:100::/64\"]"
+        fi
         [ -z "${TUN_OFFLOAD:-}" ] || echo "offload = $TUN_OFFLOAD"
         echo "[tls]"
         echo "ca = \"ca.pem\""
@@ -205,6 +212,7 @@ abe_section() {
 write_exit_config() {
     cat >"$1" <<CONF
 role = "exit"
+$([ -z "${SITE_TO_SITE:-}" ] || { [ "$SITE_TO_SITE" = 1 ] && echo "site_to_site = true" || echo "site_to_site = false"; })
 [tun]
 name = "braid0"
 address = ["198.18.252.1/32", "fd00:252::1/128"]

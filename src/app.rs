@@ -282,6 +282,7 @@ fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) 
         .shard(shard)
         .warm_up_lanes(true)
         .tiers(config.tiers)
+        .site_to_site(matches!(&config.role, RoleConfig::Exit(x) if x.site_to_site))
         .build()
 }
 
@@ -428,6 +429,9 @@ impl Reloader {
         }
         if let Some(settings) = plan.background {
             commands.push(DriverCommand::Background(settings));
+        }
+        if let Some(allowed) = plan.site_to_site {
+            commands.push(DriverCommand::SiteToSite(allowed));
         }
         if let Some((uplinks, settings)) = &plan.tiers {
             commands.push(DriverCommand::Tiers {

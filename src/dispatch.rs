@@ -69,6 +69,7 @@ fn route(
         DriverCommand::Reschedule(config) => every(&|| DriverCommand::Reschedule(config.clone())),
         DriverCommand::DefaultRate(kbps) => every(&|| DriverCommand::DefaultRate(kbps)),
         DriverCommand::Background(settings) => every(&|| DriverCommand::Background(settings)),
+        DriverCommand::SiteToSite(allowed) => every(&|| DriverCommand::SiteToSite(allowed)),
         DriverCommand::Tiers { uplinks, settings } => every(&|| DriverCommand::Tiers {
             uplinks: uplinks.clone(),
             settings,

@@ -650,6 +650,12 @@ impl Driver {
                     info!(sites = ids.join(", "), "sites applied");
                 }
             }
+            DriverCommand::SiteToSite(allowed) => {
+                self.engine.handle_site_to_site(allowed);
+                if log {
+                    info!(site_to_site = allowed, "forwarding between sites applied");
+                }
+            }
             DriverCommand::Tiers { uplinks, settings } => {
                 self.engine.handle_uplink_tiers(&uplinks, settings, now);
                 if log {

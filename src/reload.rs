@@ -27,6 +27,8 @@ pub struct ReloadPlan {
     /// Prefixes sent into the tunnel from now on, and those no longer sent.
     pub routes_added: Vec<IpNet>,
     pub routes_removed: Vec<IpNet>,
+    /// The exit's `site_to_site`, when it changed.
+    pub site_to_site: Option<bool>,
     /// The entry's uplinks' tiers and `[tiers]`, when either changed (a changed
     /// uplink's lanes dial again too, their hello carrying the new tier).
     pub tiers: Option<(Vec<UplinkTier>, TierSettings)>,
@@ -80,6 +82,9 @@ impl ReloadPlan {
                 );
                 if a.sites != b.sites {
                     plan.sites = Some(b.sites.clone());
+                }
+                if a.site_to_site != b.site_to_site {
+                    plan.site_to_site = Some(b.site_to_site);
                 }
             }
             _ => plan.fixed.push("role"),
@@ -157,6 +162,9 @@ impl ReloadPlan {
             RoleConfig::Exit(exit) => {
                 if let Some(sites) = &self.sites {
                     exit.sites.clone_from(sites);
+                }
+                if let Some(allowed) = self.site_to_site {
+                    exit.site_to_site = allowed;
                 }
             }
         }
@@ -240,6 +248,19 @@ mod tests {
             plan.fixed.is_empty() && plan.at_restart.is_empty(),
             "{plan:?}"
         );
+        assert_eq!(plan.running_after(&running, &new), new);
+    }
+
+    #[test]
+    fn site_to_site_applies_at_once() {
+        let dir = Dir::new();
+        let running = dir.exit("braid0", "");
+        let mut new = running.clone();
+        if let RoleConfig::Exit(x) = &mut new.role {
+            x.site_to_site = true;
+        }
+        let plan = ReloadPlan::new(&running, &new);
+        assert_eq!(plan.site_to_site, Some(true));
         assert_eq!(plan.running_after(&running, &new), new);
     }
 

@@ -116,6 +116,9 @@ pub struct ExitConfig {
     /// Data-path threads (`listen.threads`); `None`: one per core, at most one per
     /// site at the start. See [`ExitConfig::data_path_threads`].
     pub threads: Option<usize>,
+    /// Whether a site's packets to another site's prefixes are forwarded
+    /// (`site_to_site`); refused and counted when not.
+    pub site_to_site: bool,
 }
 
 /// The most data-path threads an exit runs (`listen.threads`).
@@ -347,6 +350,12 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
     if !raw.sites.is_empty() {
         return err("sites", "only an exit gateway serves [[sites]]");
     }
+    if raw.site_to_site.is_some() {
+        return err(
+            "site_to_site",
+            "only an exit gateway forwards between sites",
+        );
+    }
     let Some(exit) = &raw.exit else {
         return err("exit", "missing: an entry gateway needs [exit] address");
     };
@@ -515,6 +524,7 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, FieldError> {
         listen,
         sites,
         threads,
+        site_to_site: raw.site_to_site.unwrap_or(false),
     })
 }
 

@@ -8,6 +8,7 @@ use serde::Deserialize;
 pub struct RawConfig {
     pub role: String,
     pub site: Option<String>,
+    pub site_to_site: Option<bool>,
     pub tun: RawTun,
     pub tls: RawTls,
     pub exit: Option<RawExitPeer>,

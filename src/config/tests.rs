@@ -66,6 +66,7 @@ fn default_tun_mtu_follows_the_uplink_family() {
             listen: listen.parse().expect("addr"),
             sites: Vec::new(),
             threads: None,
+            site_to_site: false,
         })
     };
     assert_eq!(default_tun_mtu(&exit("0.0.0.0:4433")), 1426);

@@ -26,6 +26,8 @@ pub enum DriverCommand {
     Background(BackgroundSettings),
     /// Serve exactly these sites from now on (an exit's reload changed them).
     ServeSites(Vec<SiteSpec>),
+    /// Forward between an exit's sites from now on, or refuse (a reload changed it).
+    SiteToSite(bool),
     /// The entry's uplinks' tiers (none at an exit) and the tiers' timing, from now
     /// on (a reload changed them).
     Tiers {

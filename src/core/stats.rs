@@ -68,6 +68,9 @@ pub enum DropReason {
     NoSite,
     /// A site sent a packet whose source address is not among its prefixes.
     Spoofed,
+    /// At an exit that does not forward between sites (`site_to_site`): a site sent a
+    /// packet to a prefix of a site the exit serves.
+    SiteToSite,
     /// A peer failed the TLS handshake or claimed another site's id.
     Unauthenticated,
     /// The TUN device refused to take it for a reason other than a full queue (the
@@ -82,7 +85,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::Malformed,
         DropReason::LinkLocal,
         DropReason::NoLane,
@@ -91,6 +94,7 @@ impl DropReason {
         DropReason::QueueDelay,
         DropReason::NoSite,
         DropReason::Spoofed,
+        DropReason::SiteToSite,
         DropReason::Unauthenticated,
         DropReason::TunRefused,
         DropReason::HandoffFull,
@@ -107,6 +111,7 @@ impl DropReason {
             DropReason::QueueDelay => "queue_delay",
             DropReason::NoSite => "no_site",
             DropReason::Spoofed => "spoofed",
+            DropReason::SiteToSite => "site_to_site",
             DropReason::Unauthenticated => "unauthenticated",
             DropReason::TunRefused => "tun_refused",
             DropReason::HandoffFull => "handoff_full",

@@ -97,6 +97,8 @@ pub struct EngineConfig {
     pub warm_up_lanes: bool,
     /// How the uplinks' tiers take over and give back (`[tiers]`).
     pub tiers: TierSettings,
+    /// An exit forwards a site's packets to other sites' prefixes (`site_to_site`).
+    pub site_to_site: bool,
 }
 
 /// The daemon's settings where its configuration has a default, an entry serving no
@@ -120,6 +122,7 @@ impl Default for EngineConfig {
             shard: Shard::ONLY,
             warm_up_lanes: true,
             tiers: TierSettings::default(),
+            site_to_site: false,
         }
     }
 }
@@ -166,6 +169,7 @@ impl EngineConfigBuilder {
         shard: Shard,
         warm_up_lanes: bool,
         tiers: TierSettings,
+        site_to_site: bool,
     }
 
     pub fn build(self) -> EngineConfig {

@@ -211,6 +211,8 @@ pub struct DataPath {
     /// or hung up (for the shell); when the tiers were first configured (cold
     /// uplinks are not dialled in the first moments, see `standby.rs`).
     tier_settings: TierSettings,
+    /// An exit forwards a site's packets to other sites' prefixes.
+    site_to_site: bool,
     cold_uplinks: Vec<ColdUplink>,
     uplink_demands: VecDeque<UplinkDemand>,
     tiers_started: Option<Instant>,
@@ -283,6 +285,7 @@ impl DataPath {
             revised_at: Instant::ZERO,
             deadlines_reviewed_at: Instant::ZERO,
             tier_settings: config.tiers,
+            site_to_site: config.site_to_site,
             cold_uplinks: Vec::new(),
             uplink_demands: VecDeque::new(),
             tiers_started: None,
@@ -373,8 +376,14 @@ impl DataPath {
         let Ok(info) = PacketInfo::parse(packet) else {
             return self.count_drop(DropReason::Malformed);
         };
-        if self.role == Role::Exit && self.site_by_prefix.lookup(info.src) != Some(site_idx) {
-            return self.count_drop(DropReason::Spoofed);
+        if self.role == Role::Exit {
+            if self.site_by_prefix.lookup(info.src) != Some(site_idx) {
+                return self.count_drop(DropReason::Spoofed);
+            }
+            // Allowed, the kernel routes it back into the TUN device, to its site.
+            if !self.site_to_site && self.site_by_prefix.lookup(info.dst).is_some() {
+                return self.count_drop(DropReason::SiteToSite);
+            }
         }
         self.flows_touched(now);
         // Only measured: the other end paced this direction.
@@ -663,6 +672,12 @@ impl DataPath {
         for site in &mut self.sites {
             site.schedulers = schedulers(algorithm, flow_idle_timeout, max_flows);
         }
+    }
+
+    /// Forwards an exit's sites' packets to each other (`allowed`), or refuses them,
+    /// from now on (`site_to_site` changed at a reload).
+    pub fn handle_site_to_site(&mut self, allowed: bool) {
+        self.site_to_site = allowed;
     }
 
     /// Paces traffic no application matches at `default_rate_kbps` from now on

@@ -189,6 +189,51 @@ fn exit_refuses_a_sites_packets_with_another_sites_source() {
 }
 
 #[test]
+fn an_exit_forwards_between_its_sites_only_where_allowed() {
+    // Sites a (198.18.0.0/24) and c (198.18.3.0/24).
+    let sites = vec![
+        SiteSpec {
+            id: "a".into(),
+            prefixes: vec!["198.18.0.0/24".parse().expect("net")],
+        },
+        SiteSpec {
+            id: "c".into(),
+            prefixes: vec!["198.18.3.0/24".parse().expect("net")],
+        },
+    ];
+    let a_to_c = tcp_v4("198.18.0.2", 1, "198.18.3.2", 80);
+    let a_to_server = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+    for allowed in [false, true] {
+        let mut e = DataPath::new(
+            builder(Role::Exit, Algorithm::RoundRobin)
+                .sites(sites.clone())
+                .site_to_site(allowed)
+                .build(),
+        );
+        let a = up(&mut e, "a", 1400);
+        e.handle_lane_datagram(a, datagram(0, &a_to_c), Instant::ZERO);
+        e.handle_lane_datagram(a, datagram(1, &a_to_server), Instant::ZERO);
+        let written: Vec<Bytes> = std::iter::from_fn(|| e.poll_tun_write()).collect();
+        if allowed {
+            // Written to the TUN device: the kernel routes it back to site c.
+            assert_eq!(written, [&a_to_c[..], &a_to_server[..]]);
+            assert_eq!(e.dropped(DropReason::SiteToSite), 0);
+        } else {
+            assert_eq!(written, [&a_to_server[..]]);
+            assert_eq!(e.dropped(DropReason::SiteToSite), 1);
+        }
+        // Anti-spoofing holds either way: site a cannot claim site c's addresses.
+        let spoofed = tcp_v4("198.18.3.9", 1, "198.18.3.2", 80);
+        e.handle_lane_datagram(a, datagram(2, &spoofed), Instant::ZERO);
+        assert_eq!(e.dropped(DropReason::Spoofed), 1);
+        // Allowed or not, a reload changes it.
+        e.handle_site_to_site(!allowed);
+        e.handle_lane_datagram(a, datagram(3, &a_to_c), Instant::ZERO);
+        assert_eq!(e.poll_tun_write().is_some(), !allowed);
+    }
+}
+
+#[test]
 fn a_million_flows_each_with_a_gap_keep_the_receiving_side_within_its_bounds() {
     // Site a's hosts (198.18.0.0/24) send, all at once, a million flows whose every
     // packet claims an earlier one of its flow is still on its way: each would be
