@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use braid::core::engine::{DataPath, EngineConfig, LaneUp, Role, SiteIdx, SiteSpec};
+use braid::core::engine::{DataPath, EngineConfig, LaneUp, Role, SiteIdx, SiteSpec, UplinkPolicy};
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::sched::Algorithm;
 use braid::core::time::Instant;
@@ -53,8 +53,7 @@ fn lanes(e: &mut DataPath) -> Vec<LaneId> {
                 uplink,
                 colour: Colour::Blue,
                 rank: rank as u32,
-                priority: 1,
-                overflow: false,
+                policy: UplinkPolicy::default(),
                 rate_kbps: None,
             };
             e.handle_lane_up(up, Instant::ZERO).expect("site1")

@@ -683,6 +683,9 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
                 delay_variation_ms: None,
                 priority: 1,
                 overflow: false,
+                max_rtt_ms: None,
+                max_loss_bp: None,
+                cut_off: Default::default(),
             };
             let open = |tls, site: &'static str| {
                 let h = hello(site);
@@ -1070,6 +1073,133 @@ fn a_download_beyond_the_primary_spills_over_to_the_overflow_uplink() {
         "an uplink not marked overflow carried: {carried:?}"
     );
     assert!(mbit > 12.0, "{mbit:.1} Mbit/s: no more than the primary");
+}
+
+/// The state `braid status` at `role` shows for site1's `uplink`'s lane of `colour`.
+fn lane_state(tb: &Testbed, role: &str, uplink: &str, colour: &str) -> String {
+    let json = tb.ok(role, &[braid_bin(), "status", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let site = doc["sites"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .find(|s| s["site"] == "site1")
+        .expect("site1");
+    site["lanes"]
+        .as_array()
+        .expect("lanes")
+        .iter()
+        .find(|l| l["uplink"] == uplink && l["colour"] == colour)
+        .map(|l| l["state"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_uplink_beyond_its_round_trip_cut_off_stops_carrying_green_and_takes_it_back() {
+    // Uplink 2 allows 100 ms; 75 ms more each way makes its round trip about 150.
+    // Round-robin: every other green packet would take uplink 2, whatever its delay.
+    let tb = Testbed::up(
+        "e2ecutoff",
+        &[
+            ("RATES", "0 0"),
+            ("SCHEDULER", "round-robin"),
+            ("MAX_RTT_MS", "0 100"),
+            ("TIERS_HOLD_MS", "2000"),
+        ],
+    );
+    tb.start();
+    let green_sent = |tb: &Testbed, role: &str| {
+        tb.metric(
+            role,
+            "braid_lane_tx_packets_total{colour=\"green\",site=\"site1\",uplink=\"up2\"}",
+        )
+    };
+    // Green pings (EF), a new flow each round (a new ICMP id).
+    let green_pings = |tb: &Testbed| {
+        for _ in 0..4 {
+            tb.ok(
+                "cl",
+                &[
+                    "ping", "-c", "5", "-i", "0.05", "-Q", "0xb8", "-W", "2", SERVER_V4,
+                ],
+            );
+        }
+    };
+    assert_eq!(lane_state(&tb, "en", "up2", "green"), "up");
+    let before = [green_sent(&tb, "en"), green_sent(&tb, "ex")];
+    green_pings(&tb);
+    let after = [green_sent(&tb, "en"), green_sent(&tb, "ex")];
+    println!("within: green packets on uplink 2 {before:?} -> {after:?}");
+    assert!(
+        after[0] >= before[0] + 5.0 && after[1] >= before[1] + 5.0,
+        "green packets did not take uplink 2 while it was within its cut-off"
+    );
+    let log = tb.path("linkemu-cut.log").display().to_string();
+    let uplink_sh = repo().join("integration/uplink.sh").display().to_string();
+    tb.ok(
+        "r2",
+        &[
+            "env",
+            &format!("LINKEMU={}", linkemu_bin()),
+            "bash",
+            &uplink_sh,
+            "emulate",
+            "a",
+            "b",
+            "75",
+            "0",
+            &log,
+        ],
+    );
+    // Each end judges its own side (the exit's idle lane learns the longer round trip
+    // from its keep-alives, within a second or two).
+    let cut = eventually(Duration::from_secs(5), || {
+        ["en", "ex"]
+            .iter()
+            .all(|role| lane_state(&tb, role, "up2", "green") == "cut_off")
+    });
+    assert!(cut, "the green lane was not cut off: {}", tb.logs());
+    assert_eq!(
+        lane_state(&tb, "en", "up2", "blue"),
+        "up",
+        "the blue lane carries on"
+    );
+    let counted = || {
+        tb.metric(
+            "en",
+            "braid_lane_cutoffs_total{colour=\"green\",site=\"site1\",uplink=\"up2\"}",
+        ) >= 1.0
+    };
+    assert!(
+        eventually(Duration::from_secs(2), counted),
+        "{}",
+        tb.metrics("en")
+    );
+    assert!(tb.log("site1.log").contains("quality cut-off"));
+    let before = [green_sent(&tb, "en"), green_sent(&tb, "ex")];
+    green_pings(&tb);
+    let after = [green_sent(&tb, "en"), green_sent(&tb, "ex")];
+    println!("cut off: green packets on uplink 2 {before:?} -> {after:?}");
+    assert_eq!(before, after, "green packets took the cut-off uplink");
+
+    // The delay goes (the router stops passing packets through the emulator): the
+    // green lane is back after the hold.
+    for family in ["-4", "-6"] {
+        for pref in ["100", "101"] {
+            let _ = tb.run("r2", &["ip", family, "rule", "del", "pref", pref]);
+        }
+    }
+    let recovered = std::time::Instant::now();
+    let back = eventually(Duration::from_secs(10), || {
+        lane_state(&tb, "en", "up2", "green") == "up"
+    });
+    let took = recovered.elapsed();
+    assert!(back, "the green lane did not come back: {}", tb.logs());
+    println!("green lane of uplink 2 carrying again {took:?} after its delay went");
+    assert!(
+        took >= Duration::from_secs(2),
+        "back after {took:?}, within the hold"
+    );
 }
 
 #[test]
@@ -1775,6 +1905,9 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
                     delay_variation_ms: None,
                     priority: 1,
                     overflow: false,
+                    max_rtt_ms: None,
+                    max_loss_bp: None,
+                    cut_off: Default::default(),
                 };
                 let opened = async {
                     let config = braid::lane::client::quic_config(tls, false, Default::default())?;

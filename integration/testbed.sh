@@ -35,6 +35,8 @@
 #                      the key is left out (one per core, at most one per site)
 #   PRIORITIES="1 1 2" STANDBY="warm warm cold" OVERFLOW="0 0 1"  site1's uplinks'
 #                      priority, standby and overflow (unset: the keys are left out)
+#   MAX_RTT_MS="0 100" MAX_LOSS_PERCENT="0 5" CUT_OFF="green all"  site1's uplinks'
+#                      quality cut-offs (0 or unset: the key is left out)
 #   TIERS_HOLD_MS=N TIERS_OVERFLOW_AFTER_MS=N  [tiers] of both gateways
 #   SITE_TO_SITE=0|1   the exit's site_to_site, and each site routes the other's LAN
 #                      into its tunnel (unset: neither)
@@ -55,6 +57,9 @@ read -r -a rates <<<"${RATES:-16 32 50}"
 read -r -a priorities <<<"${PRIORITIES:-}"
 read -r -a standby <<<"${STANDBY:-}"
 read -r -a overflow <<<"${OVERFLOW:-}"
+read -r -a max_rtts <<<"${MAX_RTT_MS:-}"
+read -r -a max_losses <<<"${MAX_LOSS_PERCENT:-}"
+read -r -a cut_offs <<<"${CUT_OFF:-}"
 uplinks=${UPLINKS:-${#rates[@]}}
 read -r -a delays <<<"${DELAYS:-}"
 read -r -a losses <<<"${LOSS:-}"
@@ -185,6 +190,9 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
                 [ -z "${priorities[i - 1]:-}" ] || echo "priority = ${priorities[i - 1]}"
                 [ -z "${standby[i - 1]:-}" ] || echo "standby = \"${standby[i - 1]}\""
                 [ "${overflow[i - 1]:-0}" != 1 ] || echo "overflow = true"
+                [ "${max_rtts[i - 1]:-0}" = 0 ] || echo "max_rtt_ms = ${max_rtts[i - 1]}"
+                [ "${max_losses[i - 1]:-0}" = 0 ] || echo "max_loss_percent = ${max_losses[i - 1]}"
+                [ -z "${cut_offs[i - 1]:-}" ] || echo "cut_off = \"${cut_offs[i - 1]}\""
             fi
         done
         tiers_section

@@ -30,6 +30,7 @@ use crate::control::app_stats::SiteReport;
 use crate::control::command::DriverCommand;
 use crate::control::metrics::{Export, Metrics, TunOffload};
 use crate::control::status::{StatusBoard, StatusBuilder};
+use crate::core::cutoff::{Breach, CutChange};
 use crate::core::engine::{DataPath, LaneService, LaneUp, Shard};
 use crate::core::lane::LaneId;
 use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
@@ -464,6 +465,35 @@ impl Driver {
                 out_ms = out_for.as_millis() as u64,
                 "lane back in service"
             ),
+            LaneService::Quality(CutChange::Cut(breach)) => {
+                let (value, limit) = match breach {
+                    Breach::Rtt { rtt, max } => (
+                        format!("{} ms", rtt.as_millis()),
+                        format!("{} ms", max.as_millis()),
+                    ),
+                    Breach::Loss { percent, max } => {
+                        (format!("{percent:.1} %"), format!("{max:.2} %"))
+                    }
+                };
+                warn!(
+                    lane = %lane,
+                    site,
+                    uplink,
+                    colour,
+                    reason = breach.reason(),
+                    value,
+                    limit,
+                    "lane beyond its uplink's quality cut-off: not carrying its traffic"
+                );
+            }
+            LaneService::Quality(CutChange::Restored { cut_for }) => info!(
+                lane = %lane,
+                site,
+                uplink,
+                colour,
+                cut_ms = cut_for.as_millis() as u64,
+                "lane within its uplink's quality cut-off again: carrying"
+            ),
             LaneService::PeerVariation { .. } => {}
         }
     }
@@ -530,8 +560,7 @@ impl Driver {
             uplink,
             colour,
             rank,
-            priority,
-            overflow,
+            policy,
             rate_kbps,
         } = lane;
         let up = LaneUp {
@@ -539,8 +568,7 @@ impl Driver {
             uplink: &uplink,
             colour,
             rank,
-            priority,
-            overflow,
+            policy,
             rate_kbps,
         };
         // The exit authenticated the site id; the entry's lanes carry its own.

@@ -25,6 +25,10 @@ pub fn braid_bin() -> &'static str {
     env!("CARGO_BIN_EXE_braid")
 }
 
+pub fn linkemu_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_braid-linkemu")
+}
+
 /// Holds the testbed lock without building one (for `braid demo`, which builds its own).
 pub fn exclusive() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
@@ -49,7 +53,7 @@ impl Testbed {
         );
         let mut env = env.to_vec();
         env.push(("BRAID", braid_bin()));
-        env.push(("LINKEMU", env!("CARGO_BIN_EXE_braid-linkemu")));
+        env.push(("LINKEMU", linkemu_bin()));
         let script = repo().join("integration/testbed.sh");
         let inner = braid::demo::testbed::Testbed::up(name, &script, &env)
             .unwrap_or_else(|e| panic!("{e:#}"));

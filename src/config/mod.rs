@@ -17,13 +17,14 @@ use ipnet::IpNet;
 
 use crate::cert::TlsConfig;
 use crate::core::background::{BackgroundSettings, MAX_INTERVAL, MIN_INTERVAL, Method};
-use crate::core::engine::{SiteSpec, UplinkTier};
+use crate::core::cutoff::{CutOff, QualityLimits};
+use crate::core::engine::{SiteSpec, UplinkPolicy, UplinkTier};
 use crate::core::field_error::FieldError;
 use crate::core::lane_cc;
 use crate::core::sched::Algorithm;
 use crate::core::shaper::{AbeScheduler, AbeSettings};
 use crate::core::tiers::TierSettings;
-use crate::core::wire::check_name;
+use crate::core::wire::{MAX_RTT_LIMIT_MS, check_name};
 use raw::RawConfig;
 
 fn err<T>(path: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
@@ -95,9 +96,27 @@ pub struct UplinkConfig {
     pub priority: u32,
     pub overflow: bool,
     pub cold: bool,
+    /// The uplink's quality cut-off (`max_rtt_ms`, `max_loss_percent` in hundredths
+    /// of a percent, `cut_off`; `core::cutoff`).
+    pub max_rtt_ms: Option<u64>,
+    pub max_loss_bp: Option<u32>,
+    pub cut_off: CutOff,
 }
 
 impl UplinkConfig {
+    /// Its tier and quality limits, as its lanes carry them.
+    pub fn policy(&self) -> UplinkPolicy {
+        UplinkPolicy {
+            priority: self.priority,
+            overflow: self.overflow,
+            quality: QualityLimits {
+                max_rtt: self.max_rtt_ms.map(Duration::from_millis),
+                max_loss_bp: self.max_loss_bp,
+                cut_off: self.cut_off,
+            },
+        }
+    }
+
     /// Its place in the tiers, as the engine takes it.
     pub fn tier(&self) -> UplinkTier {
         UplinkTier {
@@ -438,6 +457,31 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
                     return err(
                         at("standby"),
                         format!("{other:?} is neither \"warm\" nor \"cold\""),
+                    );
+                }
+            },
+            max_rtt_ms: match u.max_rtt_ms {
+                Some(ms) if ms == 0 || ms > MAX_RTT_LIMIT_MS => {
+                    return err(
+                        at("max_rtt_ms"),
+                        format!("must be 1 to {MAX_RTT_LIMIT_MS} (ms)"),
+                    );
+                }
+                ms => ms,
+            },
+            max_loss_bp: match u.max_loss_percent {
+                Some(p) if !(p > 0.0 && p <= 100.0) => {
+                    return err(at("max_loss_percent"), "must be above 0 and at most 100");
+                }
+                p => p.map(|p| ((p * 100.0).round() as u32).max(1)),
+            },
+            cut_off: match u.cut_off.as_deref() {
+                None | Some("green") => CutOff::Green,
+                Some("all") => CutOff::All,
+                Some(other) => {
+                    return err(
+                        at("cut_off"),
+                        format!("{other:?} is neither \"green\" nor \"all\""),
                     );
                 }
             },

@@ -78,6 +78,9 @@ pub struct RawUplink {
     pub priority: Option<u32>,
     pub standby: Option<String>,
     pub overflow: Option<bool>,
+    pub max_rtt_ms: Option<u64>,
+    pub max_loss_percent: Option<f64>,
+    pub cut_off: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -43,6 +43,9 @@ fn default_tun_mtu_follows_the_uplink_family() {
         priority: 1,
         overflow: false,
         cold: false,
+        max_rtt_ms: None,
+        max_loss_bp: None,
+        cut_off: Default::default(),
     };
     let entry = |uplinks| {
         RoleConfig::Entry(EntryConfig {

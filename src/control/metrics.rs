@@ -46,6 +46,7 @@ pub struct Metrics {
     lane_rx_packets: IntCounterVec,
     lane_lost: IntCounterVec,
     lane_stalls: IntCounterVec,
+    lane_cutoffs: IntCounterVec,
     lane_resent: IntCounterVec,
     lane_probes: IntCounterVec,
     lane_opening_bytes: IntCounterVec,
@@ -113,6 +114,7 @@ pub struct LaneMetrics {
     pub rx_packets: IntCounter,
     pub lost: IntCounter,
     pub stalls: IntCounter,
+    pub cutoffs: IntCounter,
     pub resent: IntCounter,
     pub probes_sent: IntCounter,
     pub probes_received: IntCounter,
@@ -268,6 +270,10 @@ impl Metrics {
             lane_stalls: counter(
                 "lane_stalls_total",
                 "Times the lane was taken out of service because its peer fell silent",
+            )?,
+            lane_cutoffs: counter(
+                "lane_cutoffs_total",
+                "Times the lane went beyond its uplink's quality cut-off (max_rtt_ms, max_loss_percent)",
             )?,
             lane_resent: counter(
                 "lane_resent_packets_total",
@@ -491,6 +497,7 @@ impl Metrics {
             rx_packets: self.lane_rx_packets.with_label_values(&l),
             lost: self.lane_lost.with_label_values(&l),
             stalls: self.lane_stalls.with_label_values(&l),
+            cutoffs: self.lane_cutoffs.with_label_values(&l),
             resent: self.lane_resent.with_label_values(&l),
             probes_sent: by(&self.lane_probes, "sent"),
             probes_received: by(&self.lane_probes, "received"),
@@ -945,6 +952,7 @@ impl Export {
             m.lost
                 .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
             m.stalls.inc_by(now.stalls.saturating_sub(old.stalls));
+            m.cutoffs.inc_by(now.cutoffs.saturating_sub(old.cutoffs));
             m.resent.inc_by(now.resent.saturating_sub(old.resent));
             m.probes_sent
                 .inc_by(now.probes_sent.saturating_sub(old.probes_sent));

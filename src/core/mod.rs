@@ -10,6 +10,7 @@ pub mod app_pacing;
 pub mod aqm;
 pub mod background;
 pub mod classify;
+pub mod cutoff;
 pub mod deadline;
 pub mod dsd;
 pub mod duplicate_budget;

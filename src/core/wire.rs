@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::cutoff::CutOff;
 use super::lane::Colour;
 use super::lane_cc::MAX_DELAY_VARIATION_MS;
 
@@ -242,7 +243,23 @@ pub struct Hello {
     pub priority: u32,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overflow: bool,
+    /// The uplink's quality limits (`uplinks[].max_rtt_ms`, `max_loss_percent` in
+    /// hundredths of a percent, `cut_off`), so that the exit cuts its lanes as the
+    /// entry does; left out when not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rtt_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_loss_bp: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_green")]
+    pub cut_off: CutOff,
 }
+
+fn is_green(cut_off: &CutOff) -> bool {
+    *cut_off == CutOff::Green
+}
+
+/// The longest round trip an uplink's cut-off may allow (ms).
+pub const MAX_RTT_LIMIT_MS: u64 = 60_000;
 
 fn first_tier() -> u32 {
     1
@@ -306,6 +323,21 @@ impl Hello {
                 problem: "must be 1 or more".into(),
             });
         }
+        if hello
+            .max_rtt_ms
+            .is_some_and(|ms| ms == 0 || ms > MAX_RTT_LIMIT_MS)
+        {
+            return Err(WireError::Invalid {
+                field: "max_rtt_ms",
+                problem: format!("must be 1 to {MAX_RTT_LIMIT_MS}"),
+            });
+        }
+        if hello.max_loss_bp.is_some_and(|bp| bp == 0 || bp > 10_000) {
+            return Err(WireError::Invalid {
+                field: "max_loss_bp",
+                problem: "must be 1 to 10000 (hundredths of a percent)".into(),
+            });
+        }
         Ok(hello)
     }
 }
@@ -363,12 +395,33 @@ mod tests {
             delay_variation_ms: None,
             priority: 1,
             overflow: false,
+            max_rtt_ms: None,
+            max_loss_bp: None,
+            cut_off: CutOff::Green,
         };
         assert_eq!(Hello::decode(&h.encode()).expect("valid"), h);
+        let limited = Hello {
+            max_rtt_ms: Some(100),
+            max_loss_bp: Some(250),
+            cut_off: CutOff::All,
+            ..h.clone()
+        };
+        assert_eq!(Hello::decode(&limited.encode()).expect("valid"), limited);
+        let e = Hello::decode(
+            &Hello {
+                max_loss_bp: Some(20_000),
+                ..h.clone()
+            }
+            .encode(),
+        )
+        .expect_err("more than all lost");
+        assert!(e.to_string().contains("max_loss_bp"), "{e}");
         // The first tier without overflow stays out of the hello too.
         let first = String::from_utf8_lossy(&h.encode()).to_string();
         assert!(
-            !first.contains("priority") && !first.contains("overflow"),
+            ["priority", "overflow", "max_", "cut_off"]
+                .iter()
+                .all(|k| !first.contains(k)),
             "{first}"
         );
         let backup = Hello {

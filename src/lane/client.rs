@@ -246,8 +246,7 @@ impl Dialer {
                             uplink: self.uplink.name.clone(),
                             colour: self.colour,
                             rank: self.rank,
-                            priority: self.uplink.priority,
-                            overflow: self.uplink.overflow,
+                            policy: self.uplink.policy(),
                             rate_kbps: self.uplink.rate_up_kbps,
                             path,
                         };
@@ -308,6 +307,9 @@ impl Dialer {
             delay_variation_ms: self.uplink.delay_variation_ms,
             priority: self.uplink.priority,
             overflow: self.uplink.overflow,
+            max_rtt_ms: self.uplink.max_rtt_ms,
+            max_loss_bp: self.uplink.max_loss_bp,
+            cut_off: self.uplink.cut_off,
         };
         let bind = SocketAddr::new(
             self.uplink.source.unwrap_or(if peer.is_ipv6() {

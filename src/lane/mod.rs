@@ -19,7 +19,7 @@ use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
-use crate::core::engine::{KEEP_ALIVE, PEER_ACK_DELAY};
+use crate::core::engine::{KEEP_ALIVE, PEER_ACK_DELAY, UplinkPolicy};
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
 use crate::core::wire::MAX_MESSAGE_LEN;
@@ -45,9 +45,8 @@ pub struct NewLane {
     pub colour: Colour,
     /// The uplink's position in the entry's configuration.
     pub rank: u32,
-    /// The uplink's tier and whether it overflows (`uplinks[].priority`, `overflow`).
-    pub priority: u32,
-    pub overflow: bool,
+    /// The uplink's tier and quality limits (`uplinks[]`, or the lane's hello).
+    pub policy: UplinkPolicy,
     /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
     pub rate_kbps: Option<u64>,
     /// What the lane's congestion controller knows of the uplink.

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use rustls::server::WebPkiClientVerifier;
@@ -19,6 +20,8 @@ use super::dscp::{ColourDscp, Marking};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::{TlsMaterial, certificate_name};
 use crate::clock::Clock;
+use crate::core::cutoff::QualityLimits;
+use crate::core::engine::UplinkPolicy;
 use crate::core::handshake_limit::{HANDSHAKE_BURST, HANDSHAKES_PER_SECOND, HandshakeLimit};
 use crate::core::stats::DropReason;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
@@ -224,8 +227,15 @@ async fn admit(
                 uplink: hello.uplink,
                 colour: hello.colour,
                 rank: hello.rank,
-                priority: hello.priority,
-                overflow: hello.overflow,
+                policy: UplinkPolicy {
+                    priority: hello.priority,
+                    overflow: hello.overflow,
+                    quality: QualityLimits {
+                        max_rtt: hello.max_rtt_ms.map(Duration::from_millis),
+                        max_loss_bp: hello.max_loss_bp,
+                        cut_off: hello.cut_off,
+                    },
+                },
                 rate_kbps: hello.down_kbps,
                 path: uplink.clone(),
             })

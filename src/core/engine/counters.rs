@@ -24,6 +24,8 @@ pub struct LaneCounters {
     pub lost_packets: u64,
     /// Times the lane was taken out of service because its peer fell silent.
     pub stalls: u64,
+    /// Times the lane went beyond its uplink's quality limits (`core::cutoff`).
+    pub cutoffs: u64,
     /// Datagrams sent again over the other lanes when it was.
     pub resent: u64,
     /// Probes sent while an answer was overdue (see [`PROBE_INTERVAL`]), and probes
@@ -60,6 +62,8 @@ pub enum LaneState {
     Up,
     /// Healthy, but its uplink's tier does not carry now (`core::tiers`).
     Standby,
+    /// Healthy, but beyond its uplink's quality limits (`core::cutoff`).
+    CutOff,
     Down,
     /// Replaced by a newer lane of its uplink and colour.
     Replaced,
@@ -70,6 +74,7 @@ impl LaneState {
         match self {
             LaneState::Up => "up",
             LaneState::Standby => "standby",
+            LaneState::CutOff => "cut_off",
             LaneState::Down => "down",
             LaneState::Replaced => "replaced",
         }
@@ -77,7 +82,7 @@ impl LaneState {
 
     /// Connected and heard from: carrying or ready to.
     pub fn healthy(self) -> bool {
-        matches!(self, LaneState::Up | LaneState::Standby)
+        matches!(self, LaneState::Up | LaneState::Standby | LaneState::CutOff)
     }
 }
 
@@ -172,6 +177,8 @@ impl DataPath {
             state_since: l.state_since,
             state: if l.retired {
                 LaneState::Replaced
+            } else if l.healthy && l.cut_off() {
+                LaneState::CutOff
             } else if l.healthy && l.standby {
                 LaneState::Standby
             } else if view.up {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::core::aqm::CoDel;
+use crate::core::cutoff::Cutoff;
 use crate::core::lane::{Colour, LaneView};
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
@@ -15,16 +16,17 @@ use super::Transmit;
 use super::counters::LaneCounters;
 use super::liveness::EXCHANGES_TO_STALL;
 use super::shaping::UplinkShaper;
+use super::standby::UplinkPolicy;
 
 /// A lane's state beyond what the scheduler sees.
 pub(super) struct Lane {
     pub site: SiteIdx,
     pub uplink: String,
     pub colour: Colour,
-    /// Its uplink's tier (1 highest) and whether it carries when the better tier is
-    /// full (`overflow`): see `core::tiers`.
-    pub priority: u32,
-    pub overflow: bool,
+    /// Its uplink's tier and quality limits, and whether it is beyond them now
+    /// (`standby.rs`).
+    pub policy: UplinkPolicy,
+    pub cutoff: Cutoff,
     /// Up by its own state: connected, heard from, not recovering. Scheduled only
     /// while its tier carries too, not on `standby` (`standby.rs`).
     pub healthy: bool,
@@ -107,8 +109,8 @@ impl Lane {
             site,
             uplink: uplink.to_string(),
             colour,
-            priority: 1,
-            overflow: false,
+            policy: UplinkPolicy::default(),
+            cutoff: Cutoff::default(),
             healthy: false,
             standby: false,
             retired: false,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::core::cutoff::CutChange;
 use crate::core::lane::LaneId;
 use crate::core::time::Instant;
 use crate::core::wire::PROBE;
@@ -87,7 +88,7 @@ pub(super) fn exchange_timeout(srtt: Duration) -> Duration {
 /// What the shell must hear of a lane: taken out of service because its path fell
 /// silent, or put back (logged, so that an operator sees why traffic left an
 /// uplink); or what the peer learned of the uplink's delay variation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LaneService {
     /// Nothing heard from the peer for `silent_for`, while `unanswered` datagrams
     /// it was sent waited for an answer (0: an idle lane whose keep-alives went
@@ -113,6 +114,9 @@ pub enum LaneService {
     /// (`core/engine/variation_report.rs`): the shell hands it to the lane's
     /// congestion controller.
     PeerVariation { spread: Duration },
+    /// The lane went beyond its uplink's quality limits, or came back within them
+    /// (`core::cutoff`).
+    Quality(CutChange),
 }
 
 impl Lane {

@@ -60,6 +60,7 @@ use bytes::{Buf, Bytes, BytesMut};
 
 use super::app_pacing::AppPacing;
 use super::background::BackgroundSettings;
+use super::cutoff::CutChange;
 use super::icmp::MAX_REPLY_LEN;
 use super::lane::{Colour, LaneId, LaneSample, LaneView};
 use super::pacer::Enqueued;
@@ -81,7 +82,7 @@ pub use liveness::{
     KEEP_ALIVE, LANE_STALL, LaneService, PEER_ACK_DELAY, PROBE_INTERVAL, answer_timeout,
 };
 pub use repair::{RESEND_MAX_BYTES, RESEND_WINDOW};
-pub use standby::{UplinkDemand, UplinkTier};
+pub use standby::{UplinkDemand, UplinkPolicy, UplinkTier};
 
 use forward::Packet;
 use lanes::Lane;
@@ -119,10 +120,8 @@ pub struct LaneUp<'a> {
     pub colour: Colour,
     /// The uplink's position in the entry's configuration.
     pub rank: u32,
-    /// The uplink's tier (1 highest) and whether it carries when the better tier is
-    /// full (see `core::tiers`).
-    pub priority: u32,
-    pub overflow: bool,
+    /// The uplink's tier and quality limits.
+    pub policy: UplinkPolicy,
     /// The uplink's rate in this gateway's sending direction, when known (kbit/s).
     pub rate_kbps: Option<u64>,
 }
@@ -446,8 +445,7 @@ impl DataPath {
             }
         }
         let lane = Lane {
-            priority: up.priority,
-            overflow: up.overflow,
+            policy: up.policy,
             ..Lane::new(site, up.uplink, up.colour, now)
         };
         let id = match self.lanes.iter().position(Option::is_none) {
@@ -629,6 +627,15 @@ impl DataPath {
             };
             v.fill = fill;
             v.max_datagram = sample.max_datagram;
+        }
+        let quality = (sample.srtt, sample.sent_packets, sample.lost_packets);
+        let hold = self.tier_settings.hold;
+        if let Some(change) = l.cutoff.observe(&l.policy.quality, quality, hold, now) {
+            if let CutChange::Cut(_) = change {
+                l.counters.cutoffs += 1;
+            }
+            self.lane_services
+                .push_back((lane, LaneService::Quality(change)));
         }
         let site_idx = l.site;
         // Before what a silent lane lost is sent again: over the tier that takes over.

@@ -1,18 +1,56 @@
-//! Uplink tiers in the data path: which of a site's lanes stand by while a better
-//! tier carries ([`crate::core::tiers`] decides), and which of the entry's cold
+//! Uplink policy in the data path: which of a site's lanes stand by while a better
+//! tier carries ([`crate::core::tiers`] decides), which are cut off for their
+//! round trip or loss ([`crate::core::cutoff`]), and which of the entry's cold
 //! uplinks its shell should dial.
 //!
 //! A lane is scheduled (its view `up`) when it is healthy (connected, heard from, not
-//! recovering) and its uplink's tier carries. The tiers are reviewed whenever a lane
-//! of the site is sampled (at least every 100 ms), and at once when one falls silent,
-//! so that the next tier takes over before what the silent lane lost is sent again.
+//! recovering), its uplink's tier carries, and it is not cut off (a cut-off of green
+//! traffic takes the green lane only; of all traffic, the uplink counts as down for
+//! its tier). The tiers are reviewed whenever a lane of the site is sampled (at least
+//! every 100 ms), and at once when one falls silent, so that the next tier takes over
+//! before what the silent lane lost is sent again.
 
-use crate::core::lane::LaneView;
+use crate::core::cutoff::{CutOff, QualityLimits};
+use crate::core::lane::{Colour, LaneView};
 use crate::core::site::SiteIdx;
 use crate::core::tiers::{COLD_START_GRACE, TierMember, TierSettings};
 use crate::core::time::Instant;
 
 use super::DataPath;
+
+/// An uplink's policy, from the entry's configuration or a lane's hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UplinkPolicy {
+    /// Its tier, 1 highest.
+    pub priority: u32,
+    /// Carries when the better tier is full.
+    pub overflow: bool,
+    pub quality: QualityLimits,
+}
+
+impl Default for UplinkPolicy {
+    fn default() -> UplinkPolicy {
+        UplinkPolicy {
+            priority: 1,
+            overflow: false,
+            quality: QualityLimits::default(),
+        }
+    }
+}
+
+impl super::lanes::Lane {
+    /// Cut off for the traffic it carries: its quality is beyond its uplink's
+    /// limits, and they cut its colour.
+    pub(super) fn cut_off(&self) -> bool {
+        self.cutoff.is_cut()
+            && (self.policy.quality.cut_off == CutOff::All || self.colour == Colour::Green)
+    }
+
+    /// Counts for its uplink's tier: healthy, and not cut off from all traffic.
+    fn up_for_tier(&self) -> bool {
+        self.healthy && !(self.cutoff.is_cut() && self.policy.quality.cut_off == CutOff::All)
+    }
+}
 
 /// One configured uplink's place in the tiers (the entry's configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +148,8 @@ impl DataPath {
             if l.retired {
                 continue;
             }
-            let full = l.healthy && is_full(v);
+            let up = l.up_for_tier();
+            let full = up && is_full(v);
             let same = scratch.named_by.iter().position(|n| {
                 n.and_then(|n| lanes.get(n)?.as_ref())
                     .is_some_and(|other| other.uplink == l.uplink)
@@ -118,14 +157,14 @@ impl DataPath {
             match same {
                 Some(m) => {
                     let member = &mut scratch.members[m];
-                    member.up |= l.healthy;
+                    member.up |= up;
                     member.full |= full;
                 }
                 None => {
                     scratch.members.push(TierMember {
-                        priority: l.priority,
-                        overflow: l.overflow,
-                        up: l.healthy,
+                        priority: l.policy.priority,
+                        overflow: l.policy.overflow,
+                        up,
                         full,
                     });
                     scratch.named_by.push(Some(v.id.0 as usize));
@@ -156,12 +195,12 @@ impl DataPath {
             let Some(Some(l)) = lanes.get_mut(v.id.0 as usize) else {
                 continue;
             };
-            let standby = !carrying.carries(l.priority, l.overflow);
+            let standby = !carrying.carries(l.policy.priority, l.policy.overflow);
             if standby != l.standby && l.healthy {
                 l.state_since = now;
             }
             l.standby = standby;
-            v.up = l.healthy && !standby && !l.retired;
+            v.up = l.healthy && !standby && !l.retired && !l.cut_off();
         }
         if entry_site {
             let starting =

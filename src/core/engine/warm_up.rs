@@ -51,7 +51,7 @@ impl DataPath {
                 .tiers
                 .carrying()
                 .tier
-                .is_some_and(|active| l.priority < active);
+                .is_some_and(|active| l.policy.priority < active);
         let Some(view) = view_mut(&mut self.sites, l.site, lane) else {
             return;
         };

@@ -120,8 +120,7 @@ pub(super) fn coloured_lane_up(
         uplink,
         colour,
         rank: 0,
-        priority: 1,
-        overflow: false,
+        policy: UplinkPolicy::default(),
         rate_kbps: None,
     };
     let id = e.handle_lane_up(up, now).expect("known site");
@@ -430,8 +429,7 @@ impl Pair {
                     uplink: &uplink,
                     colour: Colour::Blue,
                     rank: i as u32,
-                    priority: 1,
-                    overflow: false,
+                    policy: UplinkPolicy::default(),
                     rate_kbps: Some(spec.rate_bps / 1000),
                 };
                 SimLane {

@@ -207,8 +207,7 @@ fn drops_beside_a_far_lane(far: Duration, standing: u64) -> Vec<u64> {
             uplink,
             colour: Colour::Blue,
             rank,
-            priority: 1,
-            overflow: false,
+            policy: UplinkPolicy::default(),
             rate_kbps: None,
         };
         let id = e.handle_lane_up(up, at(0)).expect("site a");

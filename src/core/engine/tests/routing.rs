@@ -47,8 +47,7 @@ fn an_exit_thread_hands_packets_for_another_threads_site_over_and_refuses_its_la
         uplink: "up0",
         colour: Colour::Blue,
         rank: 0,
-        priority: 1,
-        overflow: false,
+        policy: UplinkPolicy::default(),
         rate_kbps: None,
     };
     assert_eq!(second.handle_lane_up(a_on_second, Instant::ZERO), None);
@@ -112,8 +111,7 @@ fn a_reload_adds_and_removes_sites_and_a_removed_site_keeps_its_index() {
         uplink: "up9",
         colour: Colour::Blue,
         rank: 0,
-        priority: 1,
-        overflow: false,
+        policy: UplinkPolicy::default(),
         rate_kbps: None,
     };
     assert_eq!(e.handle_lane_up(up_b.clone(), at(1)), None, "b is refused");

@@ -32,8 +32,7 @@ fn shaped_uplink(scheduler: AbeScheduler) -> (Vec<Duration>, u64) {
             uplink: "dsl",
             colour,
             rank: 0,
-            priority: 1,
-            overflow: false,
+            policy: UplinkPolicy::default(),
             rate_kbps: Some(10_000),
         };
         e.handle_lane_up(up, at(0)).expect("site a")
@@ -117,8 +116,7 @@ fn first_standing_queue_drop(srtt: Duration) -> u64 {
         uplink: "dsl",
         colour: Colour::Blue,
         rank: 0,
-        priority: 1,
-        overflow: false,
+        policy: UplinkPolicy::default(),
         rate_kbps: Some(10_000),
     };
     let lane = e.handle_lane_up(up, at(0)).expect("site a");
@@ -168,8 +166,7 @@ fn a_shaped_lane_returns_while_the_other_colour_keeps_its_uplink_shaper_busy() {
             uplink: "dsl",
             colour,
             rank: 0,
-            priority: 1,
-            overflow: false,
+            policy: UplinkPolicy::default(),
             rate_kbps: Some(1_000),
         };
         let id = e.handle_lane_up(up, at(0)).expect("site a");

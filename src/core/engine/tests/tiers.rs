@@ -1,9 +1,11 @@
-//! Uplink tiers in the data path: standby lanes carry nothing, the next tier takes
+//! Uplink policy in the data path: standby lanes carry nothing, the next tier takes
 //! over when the active one is down and gives back after the hold, cold uplinks are
-//! dialled and hung up, and an overflow tier joins a full one.
+//! dialled and hung up, an overflow tier joins a full one, and lanes beyond their
+//! quality limits are cut off.
 
 use std::time::Duration;
 
+use crate::core::cutoff::{CutOff, QualityLimits};
 use crate::core::engine::*;
 use crate::core::lane::{Colour, LaneId, LaneSample};
 use crate::core::packet::tests::tcp_v4;
@@ -36,13 +38,28 @@ fn tiered(tiers: &[UplinkTier]) -> DataPath {
 /// Brings up the blue lane of `uplink` (of the tier `tiers` give it) at `now`.
 fn tier_lane_up(e: &mut DataPath, tiers: &[UplinkTier], uplink: &str, now: Instant) -> LaneId {
     let t = tiers.iter().find(|t| t.name == uplink).expect("configured");
+    let policy = UplinkPolicy {
+        priority: t.priority,
+        overflow: t.overflow,
+        ..UplinkPolicy::default()
+    };
+    policy_lane_up(e, uplink, Colour::Blue, policy, now)
+}
+
+/// Brings up a lane of site a over `uplink` in `colour` with `policy` at `now`.
+fn policy_lane_up(
+    e: &mut DataPath,
+    uplink: &str,
+    colour: Colour,
+    policy: UplinkPolicy,
+    now: Instant,
+) -> LaneId {
     let up = LaneUp {
         site: "a",
         uplink,
-        colour: Colour::Blue,
+        colour,
         rank: 0,
-        priority: t.priority,
-        overflow: t.overflow,
+        policy,
         rate_kbps: None,
     };
     let id = e.handle_lane_up(up, now).expect("site a");
@@ -237,8 +254,10 @@ fn the_exit_follows_the_tiers_its_lanes_hello_gave() {
             uplink,
             colour: Colour::Blue,
             rank: 0,
-            priority,
-            overflow: false,
+            policy: UplinkPolicy {
+                priority,
+                ..UplinkPolicy::default()
+            },
             rate_kbps: None,
         };
         let id = e.handle_lane_up(up, at(0)).expect("site a");
@@ -252,4 +271,77 @@ fn the_exit_follows_the_tiers_its_lanes_hello_gave() {
         assert_eq!(sent_on(&mut e, &pkt, at(1)), Some(dsl));
     }
     assert_eq!(state(&e, lte), LaneState::Standby);
+}
+
+/// A lane sampled at `t` ms with a round trip of `rtt_ms`, heard from.
+fn rtt_sample(e: &DataPath, lane: LaneId, rtt_ms: u64, t: u64) -> LaneSample {
+    LaneSample {
+        srtt: Duration::from_millis(rtt_ms),
+        ..drained(e, lane, t)
+    }
+}
+
+#[test]
+fn a_lane_beyond_its_round_trip_limit_stops_carrying_green_until_within_for_the_hold() {
+    let mut e = tiered(&[]);
+    let limited = UplinkPolicy {
+        quality: QualityLimits {
+            max_rtt: Some(Duration::from_millis(100)),
+            ..QualityLimits::default()
+        },
+        ..UplinkPolicy::default()
+    };
+    let sat_green = policy_lane_up(&mut e, "sat", Colour::Green, limited, at(0));
+    let sat_blue = policy_lane_up(&mut e, "sat", Colour::Blue, limited, at(0));
+    let dsl_green = policy_lane_up(&mut e, "dsl", Colour::Green, UplinkPolicy::default(), at(0));
+    let voice = with_dscp(tcp_v4("198.18.0.2", 5060, "203.0.113.1", 5060), 46);
+    let green_lanes = |e: &mut DataPath, t| {
+        let mut used: Vec<LaneId> = (0..20).filter_map(|_| sent_on(e, &voice, at(t))).collect();
+        used.sort();
+        used.dedup();
+        used
+    };
+    // 250 ms: cut at once, green traffic on the DSL only; the blue lane carries on.
+    let at_ms = 100;
+    for lane in [sat_green, sat_blue] {
+        e.handle_lane_sample(lane, rtt_sample(&e, lane, 250, at_ms), at(at_ms));
+    }
+    e.handle_lane_sample(dsl_green, drained(&e, dsl_green, at_ms), at(at_ms));
+    assert_eq!(green_lanes(&mut e, at_ms), [dsl_green]);
+    assert_eq!(e.lane(sat_green).expect("lane").counters.cutoffs, 1);
+    assert_eq!(state(&e, sat_blue), LaneState::Up);
+    let services: Vec<_> = std::iter::from_fn(|| e.poll_lane_service()).collect();
+    assert!(
+        services
+            .iter()
+            .any(|(l, s)| *l == sat_green && matches!(s, LaneService::Quality(_))),
+        "{services:?}"
+    );
+    // Within from 1 s: carrying green again at 1 s + the hold (5 s), not before.
+    for t in (1000..6000).step_by(100) {
+        e.handle_lane_sample(sat_green, rtt_sample(&e, sat_green, 40, t), at(t));
+        assert_eq!(state(&e, sat_green), LaneState::CutOff, "at {t} ms");
+    }
+    e.handle_lane_sample(sat_green, rtt_sample(&e, sat_green, 40, 6000), at(6000));
+    assert_eq!(state(&e, sat_green), LaneState::Up);
+}
+
+#[test]
+fn a_tier_cut_off_from_all_traffic_hands_it_to_the_next_tier() {
+    let tiers = [tier("sat", 1, false, false), tier("lte", 2, false, false)];
+    let mut e = tiered(&tiers);
+    let cut_all = UplinkPolicy {
+        quality: QualityLimits {
+            max_rtt: Some(Duration::from_millis(100)),
+            cut_off: CutOff::All,
+            ..QualityLimits::default()
+        },
+        ..UplinkPolicy::default()
+    };
+    let sat = policy_lane_up(&mut e, "sat", Colour::Blue, cut_all, at(0));
+    let lte = tier_lane_up(&mut e, &tiers, "lte", at(0));
+    assert_eq!(lanes_used(&mut e, at(10)), [sat]);
+    e.handle_lane_sample(sat, rtt_sample(&e, sat, 300, 100), at(100));
+    assert_eq!(lanes_used(&mut e, at(100)), [lte]);
+    assert_eq!(state(&e, sat), LaneState::CutOff);
 }

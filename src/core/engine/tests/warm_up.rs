@@ -19,8 +19,7 @@ fn a_lane_in_its_first_slow_start_is_padded_while_a_lane_with_a_larger_window_qu
         uplink: "lte",
         colour: Colour::Blue,
         rank: 1,
-        priority: 1,
-        overflow: false,
+        policy: UplinkPolicy::default(),
         rate_kbps: None,
     };
     let long = e.handle_lane_up(up, at(0)).expect("known site");
@@ -80,8 +79,7 @@ fn a_blue_lane_of_unknown_rate_warms_up_with_padding_until_its_window_is_cut() {
             uplink,
             colour,
             rank: 0,
-            priority: 1,
-            overflow: false,
+            policy: UplinkPolicy::default(),
             rate_kbps,
         };
         e.handle_lane_up(up, at(0)).expect("known site")
