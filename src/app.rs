@@ -73,7 +73,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     // The entry's dialers run here and change with reloads.
     let dialer_tasks = TaskTracker::new();
     let mut dialers = None;
-    let mut cold_demand = None;
+    let mut dial_demand = None;
     let mut admission = None;
     let dscp = ColourDscp {
         green: config.abe.green_dscp,
@@ -91,7 +91,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 dialer_tasks.clone(),
             );
             d.apply(entry);
-            cold_demand = Some(d.cold_demand());
+            dial_demand = Some(d.dial_demand());
             dialers = Some(d);
             let site = SiteSpec {
                 id: entry.site.clone(),
@@ -221,7 +221,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 links,
                 status: status.clone(),
                 notifier: notifier.clone(),
-                cold_demand: cold_demand.clone(),
+                dial_demand: dial_demand.clone(),
             })
             .context("starting the thread that writes the TUN device")
         })

@@ -37,7 +37,7 @@ use crate::core::offload::{MAX_SUPER_PACKET, TunRead, VNET_HDR_LEN};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
-use crate::lane::client::ColdDemand;
+use crate::lane::client::DialDemand;
 use crate::lane::io::{LaneInput, LaneIo};
 use crate::lane::{LaneEvent, NewLane};
 use crate::notify::Notifier;
@@ -143,8 +143,8 @@ pub struct Driver {
     notifier: Arc<Notifier>,
     ready: bool,
     lanes_reported: Option<usize>,
-    /// The entry's cold uplinks to dial, as the engine wants them.
-    cold_demand: Option<ColdDemand>,
+    /// The entry's uplinks to dial or hang up, as the engine wants them.
+    dial_demand: Option<DialDemand>,
 }
 
 /// What a driver is built from.
@@ -159,7 +159,7 @@ pub struct DriverParts {
     pub links: ThreadLinks,
     pub status: Arc<StatusBoard>,
     pub notifier: Arc<Notifier>,
-    pub cold_demand: Option<ColdDemand>,
+    pub dial_demand: Option<DialDemand>,
 }
 
 impl Driver {
@@ -175,7 +175,7 @@ impl Driver {
             links,
             status,
             notifier,
-            cold_demand,
+            dial_demand,
         } = parts;
         let (input_tx, input_rx) = mpsc::channel(4096);
         let tun = Arc::new(tun);
@@ -209,7 +209,7 @@ impl Driver {
             notifier,
             ready: false,
             lanes_reported: None,
-            cold_demand,
+            dial_demand,
         })
     }
 
@@ -379,15 +379,12 @@ impl Driver {
         }
         while let Some(demand) = self.engine.poll_uplink_demand() {
             if demand.dial {
-                info!(uplink = demand.uplink, "cold uplink needed: dialling it");
+                info!(uplink = demand.uplink, "uplink wanted: dialling it");
             } else {
-                info!(
-                    uplink = demand.uplink,
-                    "cold uplink no longer needed: hanging it up"
-                );
+                info!(uplink = demand.uplink, "uplink held down: hanging it up");
             }
-            if let Some(cold) = &self.cold_demand {
-                cold.set(&demand.uplink, demand.dial);
+            if let Some(held) = &self.dial_demand {
+                held.set(&demand.uplink, demand.dial);
             }
         }
     }

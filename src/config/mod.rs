@@ -124,6 +124,7 @@ impl UplinkConfig {
             priority: self.priority,
             overflow: self.overflow,
             cold: self.cold,
+            off: false,
         }
     }
 }

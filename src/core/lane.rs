@@ -156,6 +156,12 @@ pub struct LaneSample {
     /// packets (zero: nothing): what it reports to the peer
     /// (`core/engine/variation_report.rs`).
     pub learned_variation: Duration,
+    /// QUIC packets the connection sent so far (keep-alives and acknowledgements
+    /// too): what its `lost_packets` are a share of.
+    pub quic_sent_packets: u64,
+    /// Bytes the connection put on the wire and took off it so far, both ways, IP
+    /// and UDP headers counted: what an uplink's data cap counts.
+    pub wire_bytes: u64,
 }
 
 impl LaneView {

@@ -11,6 +11,7 @@ pub mod aqm;
 pub mod background;
 pub mod classify;
 pub mod cutoff;
+pub mod data_cap;
 pub mod deadline;
 pub mod dsd;
 pub mod duplicate_budget;

@@ -37,29 +37,30 @@ pub struct Dialers {
     exit: (String, String),
     /// The uplinks dialed now, each with the token that stops its dialer.
     running: Vec<(UplinkConfig, CancellationToken)>,
-    /// The cold uplinks the data path wants dialled.
-    cold: ColdDemand,
+    /// The uplinks the data path wants hung up.
+    held: DialDemand,
 }
 
-/// Which cold uplinks (`standby = "cold"`) the data path wants dialled, by name: set
-/// by the driver as the engine decides, followed by those uplinks' dialers.
+/// Which uplinks the data path wants hung up, by name: cold ones (`standby =
+/// "cold"`) until their tier is wanted, and those at their data cap. Set by the
+/// driver as the engine decides, followed by every dialer.
 #[derive(Clone)]
-pub struct ColdDemand(Arc<watch::Sender<BTreeSet<String>>>);
+pub struct DialDemand(Arc<watch::Sender<BTreeSet<String>>>);
 
-impl Default for ColdDemand {
-    fn default() -> ColdDemand {
-        ColdDemand(Arc::new(watch::Sender::new(BTreeSet::new())))
+impl Default for DialDemand {
+    fn default() -> DialDemand {
+        DialDemand(Arc::new(watch::Sender::new(BTreeSet::new())))
     }
 }
 
-impl ColdDemand {
+impl DialDemand {
     /// Wants `uplink` dialled (`dial`) or hung up.
     pub fn set(&self, uplink: &str, dial: bool) {
-        self.0.send_if_modified(|wanted| {
+        self.0.send_if_modified(|held| {
             if dial {
-                wanted.insert(uplink.to_string())
+                held.remove(uplink)
             } else {
-                wanted.remove(uplink)
+                held.insert(uplink.to_string())
             }
         });
     }
@@ -84,7 +85,7 @@ impl Dialers {
             tracker,
             exit: Default::default(),
             running: Vec::new(),
-            cold: ColdDemand::default(),
+            held: DialDemand::default(),
         }
     }
 
@@ -107,13 +108,17 @@ impl Dialers {
             if self.running.iter().any(|(running, _)| running == uplink) {
                 continue;
             }
+            // A cold one waits until the data path wants it.
+            if uplink.cold {
+                self.held.set(&uplink.name, false);
+            }
             // A green and a blue lane per uplink (SPEC §1), stopped together.
             let stop = self.shutdown.child_token();
             for colour in Colour::ALL {
                 let dscp = self.dscp.of(colour);
                 let mut dialer =
                     Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
-                dialer.cold = uplink.cold.then(|| self.cold.0.subscribe());
+                dialer.held = Some(self.held.0.subscribe());
                 self.tracker
                     .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
             }
@@ -121,9 +126,9 @@ impl Dialers {
         }
     }
 
-    /// What the driver sets as the data path wants cold uplinks dialled.
-    pub fn cold_demand(&self) -> ColdDemand {
-        self.cold.clone()
+    /// What the driver sets as the data path wants uplinks dialled or hung up.
+    pub fn dial_demand(&self) -> DialDemand {
+        self.held.clone()
     }
 
     /// Every lane's next handshake uses `tls` (new certificate files); lanes up now
@@ -146,9 +151,9 @@ pub struct Dialer {
     pub dscp: u8,
     /// The TLS configuration of the next handshake.
     pub tls: watch::Receiver<Arc<rustls::ClientConfig>>,
-    /// A cold uplink's: the uplinks the data path wants dialled. Its lane is up
-    /// only while this one is among them.
-    pub cold: Option<watch::Receiver<BTreeSet<String>>>,
+    /// The uplinks the data path wants hung up: this one's lane is up only while
+    /// it is not among them (none: always).
+    pub held: Option<watch::Receiver<BTreeSet<String>>>,
 }
 
 impl Dialer {
@@ -173,36 +178,35 @@ impl Dialer {
             colour,
             dscp,
             tls,
-            cold: None,
+            held: None,
         }
     }
 
-    /// Whether the lane is wanted now: always, unless the uplink is cold and the
-    /// data path does not want it.
+    /// Whether the lane is wanted now.
     fn wanted(&self) -> bool {
-        self.cold
+        self.held
             .as_ref()
-            .is_none_or(|w| w.borrow().contains(&self.uplink.name))
+            .is_none_or(|h| !h.borrow().contains(&self.uplink.name))
     }
 
     /// Returns once the lane is wanted; false at `shutdown`.
     async fn until_wanted(&mut self, shutdown: &CancellationToken) -> bool {
         let name = self.uplink.name.clone();
-        let Some(cold) = self.cold.as_mut() else {
+        let Some(held) = self.held.as_mut() else {
             return true;
         };
         tokio::select! {
-            r = cold.wait_for(|w| w.contains(&name)) => r.is_ok(),
+            r = held.wait_for(|h| !h.contains(&name)) => r.is_ok(),
             () = shutdown.cancelled() => false,
         }
     }
 
-    /// Returns once the lane is no longer wanted (never for a warm uplink).
+    /// Returns once the lane is no longer wanted (never, without a demand to follow).
     async fn until_unwanted(&mut self) {
         let name = self.uplink.name.clone();
-        match self.cold.as_mut() {
-            Some(cold) => {
-                if cold.wait_for(|w| !w.contains(&name)).await.is_err() {
+        match self.held.as_mut() {
+            Some(held) => {
+                if held.wait_for(|h| h.contains(&name)).await.is_err() {
                     std::future::pending::<()>().await;
                 }
             }
@@ -222,11 +226,11 @@ impl Dialer {
             let mut redial = Redial::new(HELLO_TIMEOUT);
             loop {
                 if !self.wanted() {
-                    info!("cold standby: dialled when its tier is needed");
+                    info!("held down (cold standby, or at its data cap): not dialled");
                     if !self.until_wanted(&shutdown).await {
                         return;
                     }
-                    info!("its tier is needed: dialling");
+                    info!("wanted again: dialling");
                 }
                 let limit = redial.attempt_limit();
                 let attempt = tokio::select! {
@@ -260,7 +264,7 @@ impl Dialer {
                                 return;
                             }
                             () = self.until_unwanted() => {
-                                info!("its tier is no longer needed: hanging up");
+                                info!("no longer wanted: hanging up");
                                 conn.close(0u32.into(), b"standby");
                                 redial.connected();
                                 continue;

@@ -123,8 +123,17 @@ impl LaneIo {
             abandoned_datagrams: p.abandoned.load(Ordering::Relaxed),
             delay_variation: self.path.variation_in_force(),
             learned_variation: self.path.learned_variation(),
+            quic_sent_packets: stats.path.sent_packets,
+            wire_bytes: wire_bytes(&stats, self.conn.remote_address().is_ipv6()),
         }
     }
+}
+
+/// The bytes a connection put on the wire and took off it, IP and UDP headers counted.
+fn wire_bytes(stats: &quinn::ConnectionStats, ipv6: bool) -> u64 {
+    let header = if ipv6 { 40 + 8 } else { 20 + 8 };
+    let (tx, rx) = (&stats.udp_tx, &stats.udp_rx);
+    tx.bytes + rx.bytes + header * (tx.datagrams + rx.datagrams)
 }
 
 async fn send_loop(

@@ -19,6 +19,8 @@ use super::config::Role;
 pub struct LaneCounters {
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    /// Bytes on the wire both ways, headers counted (`LaneSample::wire_bytes`).
+    pub wire_bytes: u64,
     pub rx_packets: u64,
     pub rx_bytes: u64,
     pub lost_packets: u64,

@@ -88,7 +88,7 @@ use forward::Packet;
 use lanes::Lane;
 use shaping::UplinkShaper;
 use sites::{Site, prefix_map, schedulers, view_mut};
-use standby::{ColdUplink, TierScratch};
+use standby::{ConfiguredUplink, TierScratch};
 use timers::{Timer, TimerTable, earliest};
 
 /// Bytes a lane may have queued inside braid before packets for it are dropped: a
@@ -206,13 +206,13 @@ pub struct DataPath {
     revised_at: Instant,
     /// When flows with deadlines were last reviewed.
     deadlines_reviewed_at: Instant,
-    /// The tiers' timing; the entry's cold uplinks, and whether each is to be dialled
-    /// or hung up (for the shell); when the tiers were first configured (cold
+    /// The tiers' timing; the entry's uplinks, whether each is dialled, and what the
+    /// shell is to dial or hang up; when the tiers were first configured (cold
     /// uplinks are not dialled in the first moments, see `standby.rs`).
     tier_settings: TierSettings,
     /// An exit forwards a site's packets to other sites' prefixes.
     site_to_site: bool,
-    cold_uplinks: Vec<ColdUplink>,
+    configured_uplinks: Vec<ConfiguredUplink>,
     uplink_demands: VecDeque<UplinkDemand>,
     tiers_started: Option<Instant>,
     tier_scratch: TierScratch,
@@ -285,7 +285,7 @@ impl DataPath {
             deadlines_reviewed_at: Instant::ZERO,
             tier_settings: config.tiers,
             site_to_site: config.site_to_site,
-            cold_uplinks: Vec::new(),
+            configured_uplinks: Vec::new(),
             uplink_demands: VecDeque::new(),
             tiers_started: None,
             tier_scratch: TierScratch::default(),
@@ -542,6 +542,7 @@ impl DataPath {
         let lost_more = sample.lost_packets > l.counters.lost_packets;
         l.counters.tx_packets = sample.sent_packets;
         l.counters.tx_bytes = sample.sent_bytes;
+        l.counters.wire_bytes = sample.wire_bytes;
         l.counters.lost_packets = sample.lost_packets;
         // Packets the engine handed out that never left: counted once, here.
         self.dropped[DropReason::TooBig as usize] +=
@@ -628,7 +629,7 @@ impl DataPath {
             v.fill = fill;
             v.max_datagram = sample.max_datagram;
         }
-        let quality = (sample.srtt, sample.sent_packets, sample.lost_packets);
+        let quality = (sample.srtt, sample.quic_sent_packets, sample.lost_packets);
         let hold = self.tier_settings.hold;
         if let Some(change) = l.cutoff.observe(&l.policy.quality, quality, hold, now) {
             if let CutChange::Cut(_) = change {

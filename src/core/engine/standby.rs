@@ -60,20 +60,23 @@ pub struct UplinkTier {
     pub overflow: bool,
     /// Dialled only when its tier is wanted.
     pub cold: bool,
+    /// Not dialled at all (an uplink at its data cap, `cap_action = "off"`).
+    pub off: bool,
 }
 
-/// The entry's shell is to dial a cold uplink's lanes (`dial`), or to hang them up.
+/// The entry's shell is to dial an uplink's lanes (`dial`), or to hang them up: a
+/// cold one as its tier is wanted or not, one that turned cold or off or back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UplinkDemand {
     pub uplink: String,
     pub dial: bool,
 }
 
-/// A cold uplink of the entry's site, and whether it is wanted now.
+/// A configured uplink of the entry's site, and whether it is dialled now.
 #[derive(Debug)]
-pub(super) struct ColdUplink {
+pub(super) struct ConfiguredUplink {
     tier: UplinkTier,
-    wanted: bool,
+    dialled: bool,
 }
 
 /// The scratch of a review, kept to allocate nothing once grown: each uplink's
@@ -93,9 +96,13 @@ fn is_full(view: &LaneView) -> bool {
 }
 
 impl DataPath {
-    /// The entry's uplinks' tiers and the gateway's tier timing, at the start and at
-    /// a reload. Cold uplinks start hung up; the shell dials one when
-    /// [`DataPath::poll_uplink_demand`] says so.
+    /// The entry's uplinks' tiers and the gateway's tier timing, at the start, at a
+    /// reload, and as data caps demote uplinks and give them back. Cold and off
+    /// uplinks start hung up (as the shell starts them); a warm one that turns cold
+    /// or off is hung up, and one that turns warm again dialled, through
+    /// [`DataPath::poll_uplink_demand`]; a cold one is dialled when its tier is
+    /// wanted. An entry's own configuration sets its lanes' tiers over what they
+    /// came up with.
     pub fn handle_uplink_tiers(
         &mut self,
         uplinks: &[UplinkTier],
@@ -104,12 +111,22 @@ impl DataPath {
     ) {
         self.tier_settings = settings;
         self.tiers_started.get_or_insert(now);
-        let before = std::mem::take(&mut self.cold_uplinks);
-        for tier in uplinks.iter().filter(|u| u.cold) {
-            let wanted = before.iter().any(|c| c.wanted && c.tier.name == tier.name);
-            self.cold_uplinks.push(ColdUplink {
+        let before = std::mem::take(&mut self.configured_uplinks);
+        for tier in uplinks {
+            let was = before.iter().find(|c| c.tier.name == tier.name);
+            let held = tier.cold || tier.off;
+            // A warm one is dialled; a held one as it was (the shell starts a new one
+            // hung up), until the review below says whether it is wanted.
+            let dialled = !held || was.is_some_and(|c| c.dialled);
+            if was.is_some_and(|c| c.dialled != dialled) {
+                self.uplink_demands.push_back(UplinkDemand {
+                    uplink: tier.name.clone(),
+                    dial: dialled,
+                });
+            }
+            self.configured_uplinks.push(ConfiguredUplink {
                 tier: tier.clone(),
-                wanted,
+                dialled,
             });
         }
         for site in 0..self.sites.len() {
@@ -129,7 +146,7 @@ impl DataPath {
             lanes,
             sites,
             tier_scratch: scratch,
-            cold_uplinks,
+            configured_uplinks: configured,
             uplink_demands,
             tier_settings,
             tiers_started,
@@ -148,7 +165,11 @@ impl DataPath {
             if l.retired {
                 continue;
             }
-            let up = l.up_for_tier();
+            let tier = configured.iter().find(|c| c.tier.name == l.uplink);
+            let (priority, overflow) = tier.map_or((l.policy.priority, l.policy.overflow), |c| {
+                (c.tier.priority, c.tier.overflow)
+            });
+            let up = l.up_for_tier() && !tier.is_some_and(|c| c.tier.off);
             let full = up && is_full(v);
             let same = scratch.named_by.iter().position(|n| {
                 n.and_then(|n| lanes.get(n)?.as_ref())
@@ -162,8 +183,8 @@ impl DataPath {
                 }
                 None => {
                     scratch.members.push(TierMember {
-                        priority: l.policy.priority,
-                        overflow: l.policy.overflow,
+                        priority,
+                        overflow,
                         up,
                         full,
                     });
@@ -171,10 +192,10 @@ impl DataPath {
                 }
             }
         }
-        // The entry's cold uplinks without a lane are members too: down.
+        // The entry's uplinks without a lane are members too: down.
         let entry_site = *role == super::Role::Entry;
         if entry_site {
-            for c in cold_uplinks.iter() {
+            for c in configured.iter() {
                 let has_lane = scratch.named_by.iter().any(|n| {
                     n.and_then(|n| lanes.get(n)?.as_ref())
                         .is_some_and(|l| l.uplink == c.tier.name)
@@ -195,7 +216,11 @@ impl DataPath {
             let Some(Some(l)) = lanes.get_mut(v.id.0 as usize) else {
                 continue;
             };
-            let standby = !carrying.carries(l.policy.priority, l.policy.overflow);
+            let tier = configured.iter().find(|c| c.tier.name == l.uplink);
+            let standby = match tier {
+                Some(c) => c.tier.off || !carrying.carries(c.tier.priority, c.tier.overflow),
+                None => !carrying.carries(l.policy.priority, l.policy.overflow),
+            };
             if standby != l.standby && l.healthy {
                 l.state_since = now;
             }
@@ -205,15 +230,16 @@ impl DataPath {
         if entry_site {
             let starting =
                 tiers_started.is_none_or(|at| now.saturating_since(at) < COLD_START_GRACE);
-            for c in cold_uplinks.iter_mut() {
-                let wanted = s.tiers.wanted(
-                    &scratch.members,
-                    (c.tier.priority, c.tier.overflow),
-                    starting,
-                    now,
-                );
-                if wanted != c.wanted {
-                    c.wanted = wanted;
+            for c in configured.iter_mut().filter(|c| c.tier.cold || c.tier.off) {
+                let wanted = !c.tier.off
+                    && s.tiers.wanted(
+                        &scratch.members,
+                        (c.tier.priority, c.tier.overflow),
+                        starting,
+                        now,
+                    );
+                if wanted != c.dialled {
+                    c.dialled = wanted;
                     uplink_demands.push_back(UplinkDemand {
                         uplink: c.tier.name.clone(),
                         dial: wanted,

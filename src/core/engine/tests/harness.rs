@@ -320,6 +320,8 @@ impl SimLane {
             delay_variation: self.jitter,
             // As if declared: neither end learned anything to report.
             learned_variation: Duration::ZERO,
+            quic_sent_packets: self.sent_packets,
+            wire_bytes: self.sent_bytes,
         }
     }
 }

@@ -25,6 +25,7 @@ fn tier(name: &str, priority: u32, overflow: bool, cold: bool) -> UplinkTier {
         priority,
         overflow,
         cold,
+        off: false,
     }
 }
 
@@ -344,4 +345,66 @@ fn a_tier_cut_off_from_all_traffic_hands_it_to_the_next_tier() {
     e.handle_lane_sample(sat, rtt_sample(&e, sat, 300, 100), at(100));
     assert_eq!(lanes_used(&mut e, at(100)), [lte]);
     assert_eq!(state(&e, sat), LaneState::CutOff);
+}
+
+#[test]
+fn an_uplink_demoted_off_stands_by_is_hung_up_and_comes_back_when_given_back() {
+    let tiers = [tier("dsl", 1, false, false), tier("lte", 1, false, false)];
+    let mut e = tiered(&tiers);
+    let [dsl, lte] = ["dsl", "lte"].map(|u| tier_lane_up(&mut e, &tiers, u, at(0)));
+    assert_eq!(
+        e.poll_uplink_demand(),
+        None,
+        "warm uplinks are dialled from the start"
+    );
+    assert_eq!(lanes_used(&mut e, at(10)), [dsl, lte]);
+    // At its cap, off: no traffic, hung up.
+    let off = [
+        tiers[0].clone(),
+        UplinkTier {
+            off: true,
+            ..tiers[1].clone()
+        },
+    ];
+    e.handle_uplink_tiers(&off, SETTINGS, at(100));
+    assert_eq!(
+        e.poll_uplink_demand(),
+        Some(UplinkDemand {
+            uplink: "lte".into(),
+            dial: false
+        })
+    );
+    assert_eq!(lanes_used(&mut e, at(100)), [dsl]);
+    // Off stays off even with the DSL down.
+    let closed = LaneSample {
+        closed: true,
+        ..sample(1400, 1)
+    };
+    e.handle_lane_sample(dsl, closed, at(5000));
+    assert_eq!(e.poll_uplink_demand(), None);
+    // The period resets: dialled again.
+    e.handle_uplink_tiers(&tiers, SETTINGS, at(6000));
+    assert_eq!(e.poll_uplink_demand().map(|d| d.dial), Some(true));
+    // Demoted cold to the last tier instead: with the DSL down it stays dialled and
+    // carries.
+    let cold = [
+        tiers[0].clone(),
+        UplinkTier {
+            priority: u32::MAX,
+            cold: true,
+            ..tiers[1].clone()
+        },
+    ];
+    e.handle_uplink_tiers(&cold, SETTINGS, at(7000));
+    assert_eq!(e.poll_uplink_demand(), None);
+    e.handle_lane_sample(lte, drained(&e, lte, 7000), at(7000));
+    assert_eq!(lanes_used(&mut e, at(7000)), [lte]);
+    // A DSL lane again: the LTE is hung up once the hold and the linger have passed.
+    e.handle_lane_closed(dsl);
+    let dsl = tier_lane_up(&mut e, &tiers, "dsl", at(8000));
+    for t in (8100..16_000).step_by(100) {
+        e.handle_lane_sample(dsl, sample(1400, t), at(t));
+    }
+    assert_eq!(e.poll_uplink_demand().map(|d| d.dial), Some(false));
+    assert_eq!(lanes_used(&mut e, at(16_000)), [dsl]);
 }
