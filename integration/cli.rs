@@ -219,6 +219,33 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
             "entry",
             ENTRY.replace(
                 "[[uplinks]]\nname = \"b\"",
+                "[[uplinks]]\nname = \"b\"\ncap_period = \"week\"",
+            ),
+            vec![],
+            "error: uplinks[1].cap_period: goes with cap_mb, which is not set",
+        ),
+        (
+            "entry",
+            ENTRY.replace(
+                "[[uplinks]]\nname = \"b\"",
+                "[[uplinks]]\nname = \"b\"\ncap_mb = 20\ncap_period = \"fortnight\"",
+            ),
+            vec![],
+            "error: uplinks[1].cap_period: \"fortnight\" is not",
+        ),
+        (
+            "entry",
+            ENTRY.replace(
+                "[[uplinks]]\nname = \"b\"",
+                "[[uplinks]]\nname = \"b\"\nmax_loss_percent = 0.0",
+            ),
+            vec![],
+            "error: uplinks[1].max_loss_percent: must be above 0 and at most 100",
+        ),
+        (
+            "entry",
+            ENTRY.replace(
+                "[[uplinks]]\nname = \"b\"",
                 "[[uplinks]]\nname = \"b\"\ndelay_variation_ms = 1500",
             ),
             vec![],

@@ -1202,6 +1202,144 @@ fn an_uplink_beyond_its_round_trip_cut_off_stops_carrying_green_and_takes_it_bac
     );
 }
 
+/// Bytes through the entry's interface `dev`, both ways (Ethernet frames).
+fn device_bytes(tb: &Testbed, dev: &str) -> u64 {
+    ["tx_bytes", "rx_bytes"]
+        .iter()
+        .map(|c| {
+            tb.ok(
+                "en",
+                &["cat", &format!("/sys/class/net/{dev}/statistics/{c}")],
+            )
+            .trim()
+            .parse::<u64>()
+            .expect("a count")
+        })
+        .sum()
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+#[test]
+fn an_uplink_capped_at_20_mb_stops_at_its_cap_comes_back_with_the_period_and_keeps_its_count_over_a_restart()
+ {
+    // Two uplinks of 20 Mbit/s; uplink 2 may carry 20 MB every 30 s (periods from the
+    // epoch), cold standby beyond.
+    const PERIOD: u64 = 30;
+    let mut tb = Testbed::up(
+        "e2ecap",
+        &[
+            ("RATES", "20 20"),
+            ("CAP_MB", "0 20"),
+            ("CAP_PERIOD", "30s"),
+        ],
+    );
+    tb.start();
+    tb.spawn("sv", &["iperf3", "-s", "-p", "5201"], Ready::Listens(5201));
+    let capped =
+        |tb: &Testbed| tb.metric("en", "braid_uplink_capped{site=\"site1\",uplink=\"up2\"}") == 1.0;
+    let used = |tb: &Testbed| {
+        tb.metric(
+            "en",
+            "braid_uplink_cap_used_bytes{site=\"site1\",uplink=\"up2\"}",
+        )
+    };
+    // From the start of a period (within its first two seconds).
+    while !(1..3).contains(&(unix_now() % PERIOD)) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let period_start = unix_now() - unix_now() % PERIOD;
+    let from = device_bytes(&tb, "up2");
+    let upload = tb.spawn(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "20", "-P", "4",
+        ],
+        Ready::Now,
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || capped(&tb)),
+        "uplink 2 never reached its cap: {} bytes counted\n{}",
+        used(&tb),
+        tb.logs()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let at_cap = device_bytes(&tb, "up2") - from;
+    // Then idle while the upload goes on over uplink 1.
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = device_bytes(&tb, "up2") - from - at_cap;
+    assert!(
+        unix_now() < period_start + PERIOD,
+        "the period ended too soon to judge"
+    );
+    println!(
+        "capped: uplink 2 carried {:.2} MB (braid counted {:.2} MB), then {idle} bytes in 3 s",
+        at_cap as f64 / 1e6,
+        used(&tb) / 1e6
+    );
+    // 20 MB and at most one second of its rate (2.5 MB) more, Ethernet headers
+    // counted here and not by braid.
+    assert!(
+        at_cap <= 20_000_000 + 2_500_000 + 500_000,
+        "{at_cap} bytes on uplink 2"
+    );
+    assert!(
+        at_cap >= 20_000_000,
+        "{at_cap} bytes: stopped short of the cap"
+    );
+    assert!(idle < 50_000, "{idle} bytes on uplink 2 after its cap");
+    assert!(tb.log("site1.log").contains("at its data cap"));
+    tb.wait(upload, Duration::from_secs(30));
+
+    // The next period: uplink 2 carries again.
+    assert!(
+        eventually(Duration::from_secs(PERIOD), || !capped(&tb)),
+        "the cap did not reset"
+    );
+    let before = device_bytes(&tb, "up2");
+    tb.ok(
+        "cl",
+        &[
+            "iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "3", "-P", "4",
+        ],
+    );
+    let again = device_bytes(&tb, "up2") - before;
+    println!(
+        "after the reset: uplink 2 carried {:.2} MB in 3 s",
+        again as f64 / 1e6
+    );
+    assert!(
+        again > 2_000_000,
+        "{again} bytes on uplink 2 after the reset"
+    );
+
+    // Stopped and started again within the period: the count carries on.
+    let counted = used(&tb);
+    tb.stop_gateway("site1", nix::sys::signal::Signal::SIGTERM);
+    let config = tb.path("site1.toml").display().to_string();
+    tb.spawn("en", &[braid_bin(), "run", "--config", &config], Ready::Now);
+    assert!(
+        eventually(Duration::from_secs(5), || tb.ping_once()),
+        "{}",
+        tb.logs()
+    );
+    let kept = used(&tb);
+    println!(
+        "restart: {:.2} MB counted before, {:.2} MB after",
+        counted / 1e6,
+        kept / 1e6
+    );
+    assert!(
+        kept >= counted,
+        "the count was lost: {counted} before, {kept} after"
+    );
+}
+
 #[test]
 fn lanes_come_back_when_the_exit_restarts() {
     let mut tb = Testbed::up("e2erestart", &[("RATES", "0 0 0")]);

@@ -37,6 +37,8 @@
 #                      priority, standby and overflow (unset: the keys are left out)
 #   MAX_RTT_MS="0 100" MAX_LOSS_PERCENT="0 5" CUT_OFF="green all"  site1's uplinks'
 #                      quality cut-offs (0 or unset: the key is left out)
+#   CAP_MB="0 20" CAP_PERIOD=30s CAP_ACTION=cold  site1's uplinks' data caps, kept
+#                      in caps-site1.json (0 or unset: no cap)
 #   TIERS_HOLD_MS=N TIERS_OVERFLOW_AFTER_MS=N  [tiers] of both gateways
 #   SITE_TO_SITE=0|1   the exit's site_to_site, and each site routes the other's LAN
 #                      into its tunnel (unset: neither)
@@ -60,6 +62,7 @@ read -r -a overflow <<<"${OVERFLOW:-}"
 read -r -a max_rtts <<<"${MAX_RTT_MS:-}"
 read -r -a max_losses <<<"${MAX_LOSS_PERCENT:-}"
 read -r -a cut_offs <<<"${CUT_OFF:-}"
+read -r -a caps <<<"${CAP_MB:-}"
 uplinks=${UPLINKS:-${#rates[@]}}
 read -r -a delays <<<"${DELAYS:-}"
 read -r -a losses <<<"${LOSS:-}"
@@ -193,9 +196,18 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
                 [ "${max_rtts[i - 1]:-0}" = 0 ] || echo "max_rtt_ms = ${max_rtts[i - 1]}"
                 [ "${max_losses[i - 1]:-0}" = 0 ] || echo "max_loss_percent = ${max_losses[i - 1]}"
                 [ -z "${cut_offs[i - 1]:-}" ] || echo "cut_off = \"${cut_offs[i - 1]}\""
+                if [ "${caps[i - 1]:-0}" != 0 ]; then
+                    echo "cap_mb = ${caps[i - 1]}"
+                    [ -z "${CAP_PERIOD:-}" ] || echo "cap_period = \"$CAP_PERIOD\""
+                    [ -z "${CAP_ACTION:-}" ] || echo "cap_action = \"$CAP_ACTION\""
+                fi
             fi
         done
         tiers_section
+        if [ "$2" = site1 ] && [ -n "${CAP_MB:-}" ]; then
+            echo "[caps]"
+            echo "state_file = \"caps-site1.json\""
+        fi
     } >"$4"
 }
 

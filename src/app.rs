@@ -15,16 +15,16 @@ use tracing::{error, info, warn};
 
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
-use crate::config::{Config, RoleConfig, UplinkConfig};
+use crate::config::{Config, RoleConfig};
 use crate::control::admin::{self, Admin};
 use crate::control::app_stats::AppStats;
+use crate::control::caps::CapKeeper;
 use crate::control::command::DriverCommand;
 use crate::control::metrics::Metrics;
 use crate::control::pacing_control::{self, PacingControl};
 use crate::control::status::StatusBoard;
 use crate::core::engine::{
     DataPath, EngineConfig, LANE_QUEUE_LIMIT, LANE_STALL, Role, Shard, SiteIdx, SiteSpec,
-    UplinkTier,
 };
 use crate::core::time::Instant;
 use crate::dispatch::{self, ThreadInputs};
@@ -195,7 +195,15 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         .zip(inputs)
         .map(|((tun, links), (events, commands))| {
             let mut engine = DataPath::new(engine_config(&config, role, &sites, links.shard));
-            engine.handle_uplink_tiers(&uplink_tiers(&config), config.tiers, clock.now());
+            let caps = match &config.role {
+                RoleConfig::Entry(entry) => Some(CapKeeper::new(
+                    entry,
+                    config.tiers,
+                    config.caps_state_file.clone(),
+                    metrics.clone(),
+                )),
+                RoleConfig::Exit(_) => None,
+            };
             for (site, table) in &tables {
                 if let Some(i) = site_ids.iter().position(|s| s == site)
                     && engine.owns(SiteIdx(i as u32))
@@ -222,6 +230,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 status: status.clone(),
                 notifier: notifier.clone(),
                 dial_demand: dial_demand.clone(),
+                caps,
             })
             .context("starting the thread that writes the TUN device")
         })
@@ -284,14 +293,6 @@ fn engine_config(config: &Config, role: Role, sites: &[SiteSpec], shard: Shard) 
         .tiers(config.tiers)
         .site_to_site(matches!(&config.role, RoleConfig::Exit(x) if x.site_to_site))
         .build()
-}
-
-/// The entry's uplinks' tiers (an exit learns its lanes' from their hellos).
-fn uplink_tiers(config: &Config) -> Vec<UplinkTier> {
-    match &config.role {
-        RoleConfig::Entry(entry) => entry.uplinks.iter().map(UplinkConfig::tier).collect(),
-        RoleConfig::Exit(_) => Vec::new(),
-    }
 }
 
 /// The ids of an exit's sites, as its admission checks them.
@@ -433,9 +434,9 @@ impl Reloader {
         if let Some(allowed) = plan.site_to_site {
             commands.push(DriverCommand::SiteToSite(allowed));
         }
-        if let Some((uplinks, settings)) = &plan.tiers {
+        if let Some((entry, settings)) = &plan.tiers {
             commands.push(DriverCommand::Tiers {
-                uplinks: uplinks.clone(),
+                entry: entry.clone().map(Box::new),
                 settings: *settings,
             });
         }

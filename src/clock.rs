@@ -47,6 +47,14 @@ pub fn monotonic_usec() -> u64 {
         .unwrap_or(0)
 }
 
+/// Seconds since the Unix epoch (UTC), for data caps' periods.
+#[allow(clippy::disallowed_methods)] // the clock itself
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Wall-clock time, for certificate validity.
 #[allow(clippy::disallowed_methods)] // the clock itself
 pub fn wall_now() -> time::OffsetDateTime {

@@ -70,8 +70,8 @@ fn route(
         DriverCommand::DefaultRate(kbps) => every(&|| DriverCommand::DefaultRate(kbps)),
         DriverCommand::Background(settings) => every(&|| DriverCommand::Background(settings)),
         DriverCommand::SiteToSite(allowed) => every(&|| DriverCommand::SiteToSite(allowed)),
-        DriverCommand::Tiers { uplinks, settings } => every(&|| DriverCommand::Tiers {
-            uplinks: uplinks.clone(),
+        DriverCommand::Tiers { entry, settings } => every(&|| DriverCommand::Tiers {
+            entry: entry.clone(),
             settings,
         }),
         DriverCommand::PublishStatus(done) => every(&|| DriverCommand::PublishStatus(done.clone())),

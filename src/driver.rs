@@ -27,6 +27,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::control::app_stats::AppStats;
 use crate::control::app_stats::SiteReport;
+use crate::control::caps::CapKeeper;
 use crate::control::command::DriverCommand;
 use crate::control::metrics::{Export, Metrics, TunOffload};
 use crate::control::status::{StatusBoard, StatusBuilder};
@@ -145,6 +146,8 @@ pub struct Driver {
     lanes_reported: Option<usize>,
     /// The entry's uplinks to dial or hang up, as the engine wants them.
     dial_demand: Option<DialDemand>,
+    /// The entry's uplinks' tiers as configured, and their data caps' counts.
+    caps: Option<CapKeeper>,
 }
 
 /// What a driver is built from.
@@ -160,6 +163,7 @@ pub struct DriverParts {
     pub status: Arc<StatusBoard>,
     pub notifier: Arc<Notifier>,
     pub dial_demand: Option<DialDemand>,
+    pub caps: Option<CapKeeper>,
 }
 
 impl Driver {
@@ -176,7 +180,12 @@ impl Driver {
             status,
             notifier,
             dial_demand,
+            caps,
         } = parts;
+        let mut engine = engine;
+        if let Some(caps) = &caps {
+            engine.handle_uplink_tiers(&caps.tiers(), caps.settings(), clock.now());
+        }
         let (input_tx, input_rx) = mpsc::channel(4096);
         let tun = Arc::new(tun);
         let tun_writer =
@@ -210,6 +219,7 @@ impl Driver {
             ready: false,
             lanes_reported: None,
             dial_demand,
+            caps,
         })
     }
 
@@ -325,6 +335,7 @@ impl Driver {
                 export_at = now + METRICS_INTERVAL;
             }
             if now >= report_at {
+                self.count_caps(now);
                 self.apps = self.app_stats.report(now, &self.engine);
                 self.publish_status(now);
                 report_at = now + APP_REPORT_INTERVAL;
@@ -340,6 +351,10 @@ impl Driver {
         // time; with a writing thread that ended, nothing more can be.
         let _ = self.hand_over_tun_writes();
         self.tun_writer.close();
+        if let Some(caps) = &mut self.caps {
+            caps.account(&self.engine, crate::clock::unix_now());
+            caps.flush();
+        }
         self.count_tun_refusals();
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
@@ -681,8 +696,15 @@ impl Driver {
                     info!(site_to_site = allowed, "forwarding between sites applied");
                 }
             }
-            DriverCommand::Tiers { uplinks, settings } => {
-                self.engine.handle_uplink_tiers(&uplinks, settings, now);
+            DriverCommand::Tiers { entry, settings } => {
+                match &mut self.caps {
+                    Some(caps) => {
+                        caps.reconfigure(entry.as_deref(), settings);
+                        self.engine
+                            .handle_uplink_tiers(&caps.tiers(), settings, now);
+                    }
+                    None => self.engine.handle_uplink_tiers(&[], settings, now),
+                }
                 if log {
                     info!(
                         hold_ms = settings.hold.as_millis() as u64,
@@ -698,11 +720,26 @@ impl Driver {
         }
     }
 
+    /// Counts what the entry's capped uplinks carried; one that reached its cap, or
+    /// got it back with a new period, changes the tiers.
+    fn count_caps(&mut self, now: Instant) {
+        let Some(caps) = &mut self.caps else {
+            return;
+        };
+        if caps.account(&self.engine, crate::clock::unix_now()) {
+            self.engine
+                .handle_uplink_tiers(&caps.tiers(), caps.settings(), now);
+        }
+    }
+
     /// Publishes what the engine knows now: its lanes, flows and drops, with the
     /// applications' rates of the last report (their rates are measured over the
     /// report's interval, which an asked-for status must not shorten).
     fn publish_status(&mut self, now: Instant) {
-        let status = self.status_builder.build(now, &self.engine, &self.apps);
+        let mut status = self.status_builder.build(now, &self.engine, &self.apps);
+        if let (Some(caps), Some(site)) = (&self.caps, status.sites.first_mut()) {
+            site.caps = caps.status();
+        }
         self.status.publish(self.links.shard.index, status);
     }
 

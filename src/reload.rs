@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig, TunConfig, UplinkConfig};
+use crate::config::{Config, EntryConfig, RoleConfig, SchedulerConfig, TunConfig};
 use crate::core::background::BackgroundSettings;
-use crate::core::engine::{SiteSpec, UplinkTier};
+use crate::core::engine::SiteSpec;
 use crate::core::tiers::TierSettings;
 
 /// The outcome of comparing the running configuration with a new one.
@@ -29,9 +29,9 @@ pub struct ReloadPlan {
     pub routes_removed: Vec<IpNet>,
     /// The exit's `site_to_site`, when it changed.
     pub site_to_site: Option<bool>,
-    /// The entry's uplinks' tiers and `[tiers]`, when either changed (a changed
-    /// uplink's lanes dial again too, their hello carrying the new tier).
-    pub tiers: Option<(Vec<UplinkTier>, TierSettings)>,
+    /// The entry's uplinks and `[tiers]`, when either changed (a changed uplink's
+    /// lanes dial again too, their hello carrying its new tier and limits).
+    pub tiers: Option<(Option<EntryConfig>, TierSettings)>,
     /// `pacing.default_rate_kbps`, when it changed.
     pub default_rate_kbps: Option<u64>,
     /// `pacing.background_method` and `pacing.background_interval_ms`, when either
@@ -116,16 +116,18 @@ impl ReloadPlan {
         if new.scheduler != running.scheduler {
             plan.scheduler = Some(new.scheduler.clone());
         }
-        let tiers = |c: &Config| match &c.role {
-            RoleConfig::Entry(e) => e.uplinks.iter().map(UplinkConfig::tier).collect(),
-            RoleConfig::Exit(_) => Vec::new(),
-        };
-        let new_tiers: Vec<UplinkTier> = tiers(new);
-        if (new_tiers != tiers(running) || new.tiers != running.tiers)
-            && !plan.fixed.contains(&"role")
-        {
-            plan.tiers = Some((new_tiers, new.tiers));
+        if (plan.entry.is_some() || new.tiers != running.tiers) && !plan.fixed.contains(&"role") {
+            let entry = match &new.role {
+                RoleConfig::Entry(e) => Some(e.clone()),
+                RoleConfig::Exit(_) => None,
+            };
+            plan.tiers = Some((entry, new.tiers));
         }
+        mark(
+            &mut plan.at_restart,
+            new.caps_state_file != running.caps_state_file,
+            "caps.state_file",
+        );
         if new.pacing.background != running.pacing.background {
             plan.background = Some(new.pacing.background);
         }
@@ -274,7 +276,7 @@ mod tests {
             hold: std::time::Duration::from_secs(2),
             ..TierSettings::default()
         };
-        assert_eq!(plan.tiers, Some((Vec::new(), settings)));
+        assert_eq!(plan.tiers, Some((None, settings)));
         assert!(plan.fixed.is_empty() && plan.at_restart.is_empty());
         assert_eq!(plan.running_after(&running, &new), new);
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use braid::core::engine::{DataPath, EngineConfig, LaneUp, Role, SiteIdx, SiteSpec};
+use braid::core::engine::{DataPath, EngineConfig, LaneUp, Role, SiteIdx, SiteSpec, UplinkPolicy};
 use braid::core::lane::{Colour, LaneId, LaneSample};
 use braid::core::pacing_table::PacingTable;
 use braid::core::sched::Algorithm;
@@ -52,6 +52,7 @@ pub fn data_path(role: Role) -> (DataPath, LaneId) {
             uplink,
             colour,
             rank: 0,
+            policy: UplinkPolicy::default(),
             rate_kbps: (uplink == "up1").then_some(10_000),
         };
         let id = e.handle_lane_up(up, Instant::ZERO).expect("site1");

@@ -18,6 +18,7 @@ use ipnet::IpNet;
 use crate::cert::TlsConfig;
 use crate::core::background::{BackgroundSettings, MAX_INTERVAL, MIN_INTERVAL, Method};
 use crate::core::cutoff::{CutOff, QualityLimits};
+use crate::core::data_cap::{CapAction, CapPeriod, DataCap};
 use crate::core::engine::{SiteSpec, UplinkPolicy, UplinkTier};
 use crate::core::field_error::FieldError;
 use crate::core::lane_cc;
@@ -60,6 +61,8 @@ pub struct Config {
     pub log: LogConfig,
     /// How uplink tiers take over and give back (`[tiers]`).
     pub tiers: TierSettings,
+    /// Where the entry keeps its uplinks' data cap counts (`caps.state_file`).
+    pub caps_state_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +104,8 @@ pub struct UplinkConfig {
     pub max_rtt_ms: Option<u64>,
     pub max_loss_bp: Option<u32>,
     pub cut_off: CutOff,
+    /// The uplink's data cap (`cap_mb` and the keys beside it; `core::data_cap`).
+    pub cap: Option<DataCap>,
 }
 
 impl UplinkConfig {
@@ -319,12 +324,22 @@ fn validate(raw: RawConfig, base: &Path) -> Result<Config, FieldError> {
             ),
         );
     }
+    let caps_state_file = match (&role, &raw.caps.state_file) {
+        (RoleConfig::Exit(_), Some(_)) => {
+            return err(
+                "caps.state_file",
+                "only an entry gateway counts its uplinks' caps",
+            );
+        }
+        (_, file) => file.as_deref().map(|p| base.join(p)),
+    };
     Ok(Config {
         role,
         tun,
         tls,
         scheduler: validate_scheduler(&raw.scheduler)?,
         tiers: validate_tiers(&raw.tiers)?,
+        caps_state_file,
         pacing: PacingConfig {
             state_file: raw.pacing.state_file.as_deref().map(|p| base.join(p)),
             default_rate_kbps: raw.pacing.default_rate_kbps.unwrap_or(0),
@@ -486,6 +501,7 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
                     );
                 }
             },
+            cap: validate_cap(u, &at)?,
         });
     }
     Ok(EntryConfig {
@@ -677,6 +693,87 @@ fn validate_background(raw: &raw::RawPacing) -> Result<BackgroundSettings, Field
         settings.interval = interval;
     }
     Ok(settings)
+}
+
+/// An uplink's data cap: `cap_mb` (absent: none) and the keys that only go with it.
+fn validate_cap(
+    u: &raw::RawUplink,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Option<DataCap>, FieldError> {
+    let Some(mb) = u.cap_mb else {
+        for (key, set) in [
+            ("cap_period", u.cap_period.is_some()),
+            ("cap_reset_day", u.cap_reset_day.is_some()),
+            ("cap_action", u.cap_action.is_some()),
+            ("cap_warn_percent", u.cap_warn_percent.is_some()),
+        ] {
+            if set {
+                return err(at(key), "goes with cap_mb, which is not set");
+            }
+        }
+        return Ok(None);
+    };
+    if mb == 0 {
+        return err(at("cap_mb"), "must be at least 1 (MB, 1,000,000 bytes)");
+    }
+    let reset_day = |max: u8, default: u8| match u.cap_reset_day {
+        None => Ok(default),
+        Some(d) if (1..=max).contains(&d) => Ok(d),
+        Some(d) => err(at("cap_reset_day"), format!("{d} is not 1 to {max}")),
+    };
+    let period = match u.cap_period.as_deref() {
+        None | Some("month") => CapPeriod::Month {
+            day: reset_day(28, 1)?,
+        },
+        Some("week") => CapPeriod::Week {
+            weekday: reset_day(7, 1)?,
+        },
+        Some(other) => {
+            if u.cap_reset_day.is_some() {
+                return err(
+                    at("cap_reset_day"),
+                    "goes with a month's or a week's period",
+                );
+            }
+            match other {
+                "day" => CapPeriod::Day,
+                span => match span.strip_suffix('s').and_then(|n| n.parse::<u64>().ok()) {
+                    Some(seconds) if seconds >= 10 => CapPeriod::Every { seconds },
+                    _ => {
+                        return err(
+                            at("cap_period"),
+                            format!(
+                                "{span:?} is not \"month\", \"week\", \"day\" or a number of seconds (at least 10) like \"3600s\""
+                            ),
+                        );
+                    }
+                },
+            }
+        }
+    };
+    let action = match u.cap_action.as_deref() {
+        None | Some("cold") => CapAction::Cold,
+        Some("off") => CapAction::Off,
+        Some(other) => {
+            return err(
+                at("cap_action"),
+                format!("{other:?} is neither \"cold\" nor \"off\""),
+            );
+        }
+    };
+    let warn = u.cap_warn_percent.clone().unwrap_or_else(|| vec![80, 95]);
+    if warn.iter().any(|&p| p == 0 || p > 99) || warn.windows(2).any(|w| w[0] >= w[1]) {
+        return err(
+            at("cap_warn_percent"),
+            "must be percentages of 1 to 99, ascending",
+        );
+    }
+    Ok(Some(DataCap {
+        bytes: mb.saturating_mul(1_000_000),
+        period,
+        warn_at: warn.iter().map(|&p| f64::from(p) / 100.0).collect(),
+        action,
+    }))
 }
 
 fn validate_tiers(raw: &raw::RawTiers) -> Result<TierSettings, FieldError> {

@@ -29,6 +29,8 @@ pub struct RawConfig {
     pub log: RawLog,
     #[serde(default)]
     pub tiers: RawTiers,
+    #[serde(default)]
+    pub caps: RawCaps,
 }
 
 /// A value that may be written as one string or a list of strings.
@@ -81,6 +83,17 @@ pub struct RawUplink {
     pub max_rtt_ms: Option<u64>,
     pub max_loss_percent: Option<f64>,
     pub cut_off: Option<String>,
+    pub cap_mb: Option<u64>,
+    pub cap_period: Option<String>,
+    pub cap_reset_day: Option<u8>,
+    pub cap_action: Option<String>,
+    pub cap_warn_percent: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCaps {
+    pub state_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

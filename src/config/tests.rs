@@ -46,6 +46,7 @@ fn default_tun_mtu_follows_the_uplink_family() {
         max_rtt_ms: None,
         max_loss_bp: None,
         cut_off: Default::default(),
+        cap: None,
     };
     let entry = |uplinks| {
         RoleConfig::Entry(EntryConfig {

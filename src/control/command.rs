@@ -4,9 +4,9 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::SchedulerConfig;
+use crate::config::{EntryConfig, SchedulerConfig};
 use crate::core::background::BackgroundSettings;
-use crate::core::engine::{SiteIdx, SiteSpec, UplinkTier};
+use crate::core::engine::{SiteIdx, SiteSpec};
 use crate::core::pacing_table::PacingTable;
 use crate::core::tiers::TierSettings;
 
@@ -28,10 +28,10 @@ pub enum DriverCommand {
     ServeSites(Vec<SiteSpec>),
     /// Forward between an exit's sites from now on, or refuse (a reload changed it).
     SiteToSite(bool),
-    /// The entry's uplinks' tiers (none at an exit) and the tiers' timing, from now
-    /// on (a reload changed them).
+    /// The entry's uplinks (their tiers and caps; none at an exit) and the tiers'
+    /// timing, from now on (a reload changed them).
     Tiers {
-        uplinks: Vec<UplinkTier>,
+        entry: Option<Box<EntryConfig>>,
         settings: TierSettings,
     },
     /// Publish the status now (`GET /v1/status`); each data-path thread answers on

@@ -36,6 +36,11 @@ pub struct Metrics {
     queue_delay: Arc<DelayHistograms>,
     uplink_up: IntGaugeVec,
     uplink_standby: IntGaugeVec,
+    /// Data caps (`control/caps.rs`).
+    uplink_cap: IntGaugeVec,
+    uplink_cap_used: IntGaugeVec,
+    uplink_capped: IntGaugeVec,
+    uplink_cap_warnings: IntCounterVec,
     lane_srtt: GaugeVec,
     lane_delay_variation: GaugeVec,
     lane_cwnd: IntGaugeVec,
@@ -241,6 +246,32 @@ impl Metrics {
                 "1 while the uplink is up but its tier carries no traffic",
                 &["site", "uplink"],
             )?,
+            uplink_cap: gauge(
+                "uplink_cap_bytes",
+                "The uplink's data cap per period",
+                &["site", "uplink"],
+            )?,
+            uplink_cap_used: gauge(
+                "uplink_cap_used_bytes",
+                "Bytes the uplink carried in its cap's current period, both ways, headers counted",
+                &["site", "uplink"],
+            )?,
+            uplink_capped: gauge(
+                "uplink_capped",
+                "1 while the uplink is at its data cap (demoted until the period resets)",
+                &["site", "uplink"],
+            )?,
+            uplink_cap_warnings: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "uplink_cap_warnings_total",
+                        "Times the uplink's count reached a warning fraction of its cap",
+                    ),
+                    &["site", "uplink", "percent"],
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
             lane_srtt,
             lane_delay_variation,
             lane_cwnd: gauge(
@@ -509,6 +540,20 @@ impl Metrics {
                 .map(|k| by(&self.decisions, k.as_str()))
                 .collect(),
         }
+    }
+
+    /// `uplink_cap_bytes`, `uplink_cap_used_bytes` and `uplink_capped` of a site's
+    /// uplink.
+    pub fn uplink_cap(&self, site: &str, uplink: &str) -> [IntGauge; 3] {
+        [&self.uplink_cap, &self.uplink_cap_used, &self.uplink_capped]
+            .map(|g| g.with_label_values(&[site, uplink]))
+    }
+
+    /// Counts a warning of a site's uplink's cap at `percent`.
+    pub fn uplink_cap_warned(&self, site: &str, uplink: &str, percent: u32) {
+        self.uplink_cap_warnings
+            .with_label_values(&[site, uplink, &percent.to_string()])
+            .inc();
     }
 
     /// `uplink_up` and `uplink_standby` of a site's uplink.

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod admin_client;
 pub mod app_stats;
+pub mod caps;
 pub mod command;
 pub mod metrics;
 pub mod pacing_control;

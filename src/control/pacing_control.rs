@@ -75,7 +75,7 @@ pub fn load_state_or_set_aside(path: &Path, sites: &[String]) -> (Tables, bool) 
 /// Writes `bytes` to a temporary file beside `path`, syncs it, renames it over
 /// `path` and syncs the directory (created if missing): a crash at any moment leaves
 /// the old file or the new one, whole.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

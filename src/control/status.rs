@@ -31,6 +31,9 @@ pub struct SiteStatus {
     pub lanes: Vec<LaneStatus>,
     /// The applications, as `GET /v1/sites/{site}/apps` reports them.
     pub apps: Vec<crate::control::app_stats::AppReport>,
+    /// The entry's uplinks with a data cap, and their counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caps: Vec<crate::control::caps::CapStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -91,6 +94,7 @@ impl StatusBuilder {
                     .get(site.0 as usize)
                     .map(|r| r.apps.clone())
                     .unwrap_or_default(),
+                caps: Vec::new(),
             })
             .collect();
         let mut bytes = Vec::new();
@@ -211,6 +215,7 @@ fn merge(parts: &[Status]) -> Status {
             if let Some(into) = merged.sites.iter_mut().find(|s| s.site == site.site) {
                 into.lanes.extend(site.lanes.iter().cloned());
                 into.apps.extend(site.apps.iter().cloned());
+                into.caps.extend(site.caps.iter().cloned());
             }
         }
     }
@@ -261,6 +266,19 @@ pub fn table(status: &Status) -> String {
         }
         if site.lanes.is_empty() {
             out.push_str("  no lane\n");
+        }
+        for c in &site.caps {
+            out.push_str(&format!(
+                "  data cap of {}: {:.1} of {:.1} MB this period ({})\n",
+                c.uplink,
+                c.used_bytes as f64 / 1e6,
+                c.cap_bytes as f64 / 1e6,
+                if c.state == "within" {
+                    "within".to_string()
+                } else {
+                    format!("at the cap: {}", c.state)
+                }
+            ));
         }
         out.push_str(&format!(
             "  {:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
@@ -414,6 +432,13 @@ mod tests {
                     deadlines_met: 41,
                     deadlines_missed: 3,
                 }],
+                caps: vec![crate::control::caps::CapStatus {
+                    uplink: "lte".into(),
+                    used_bytes: 12_345_678,
+                    cap_bytes: 20_000_000,
+                    period_start: 1_796_515_200,
+                    state: "within".into(),
+                }],
             }],
         }
     }
@@ -482,6 +507,7 @@ mod tests {
             site: "second".into(),
             lanes: Vec::new(),
             apps: Vec::new(),
+            caps: Vec::new(),
         });
         let board = StatusBoard::new(2);
         board.publish(0, first);
