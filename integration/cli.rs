@@ -113,11 +113,11 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
             "entry",
             ENTRY.replacen(
                 "interface = \"lo\"\n[[uplinks]]\nname = \"b\"\ninterface = \"lo\"",
-                "interface = \"lo\"\n[[uplinks]]\nname = \"b\"\ninterface = \"eth7\"",
+                "interface = \"lo\"\n[[uplinks]]\nname = \"b\"\ninterface = \"eth/7\"",
                 1,
             ),
             vec![],
-            "error: uplinks[1].interface: no such interface \"eth7\"",
+            "error: uplinks[1].interface: \"eth/7\" is not an interface name",
         ),
         (
             "entry",
@@ -327,19 +327,36 @@ fn configuration_errors_name_the_key_and_exit_with_2() {
 }
 
 #[test]
+fn an_uplink_whose_interface_is_missing_is_a_warning_not_an_error() {
+    let dir = pki("missing");
+    let text = ENTRY.replacen("interface = \"lo\"", "interface = \"wwan7\"", 1);
+    let out = check(&dir, "entry.toml", &text, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: uplinks[0].interface: no such interface \"wwan7\" now; its lanes wait for it"
+        ),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[test]
 fn run_refuses_a_bad_configuration_before_touching_the_system() {
     let dir = pki("run");
     let path = dir.join("bad.toml");
     std::fs::write(
         &path,
-        ENTRY.replace("interface = \"lo\"", "interface = \"eth7\""),
+        ENTRY.replace("interface = \"lo\"", "interface = \"\""),
     )
     .expect("write");
     let out = braid(&["run", "--config", path.to_str().expect("utf-8")], &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.starts_with("error: uplinks[0].interface: no such interface \"eth7\""),
+        stderr.starts_with("error: uplinks[0].interface: \"\" is not an interface name"),
         "{stderr}"
     );
     std::fs::remove_dir_all(dir).expect("cleanup");

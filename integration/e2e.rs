@@ -1341,6 +1341,102 @@ fn an_uplink_capped_at_20_mb_stops_at_its_cap_comes_back_with_the_period_and_kee
 }
 
 #[test]
+fn lanes_follow_their_interface_down_up_deleted_recreated_and_readdressed_without_a_reload() {
+    let tb = Testbed::up("e2elink", &[("RATES", "0 0")]);
+    tb.start();
+    let up2 = |tb: &Testbed| tb.metric("en", "braid_uplink_up{site=\"site1\",uplink=\"up2\"}");
+    // How long after `step` runs (shell commands in the entry's namespace) uplink 2
+    // has `lanes` up (1) or none (0), within 3 s.
+    let follows = |tb: &Testbed, what: &str, step: &str, lanes: f64| -> Duration {
+        let started = std::time::Instant::now();
+        tb.ok("en", &["sh", "-c", step]);
+        let done = eventually(Duration::from_secs(3), || up2(tb) == lanes);
+        let took = started.elapsed();
+        assert!(
+            done,
+            "{what}: uplink 2 did not follow within 3 s\n{}",
+            tb.logs()
+        );
+        println!("{what}: followed in {} ms", took.as_millis());
+        took
+    };
+    // The kernel drops a device's routes with it: they come back with it, as an
+    // operator's network configuration would bring them.
+    let route = "ip route replace 198.19.200.1/32 via 198.19.2.1 dev up2 metric 2";
+    let mut took = vec![
+        follows(&tb, "link down", "ip link set dev up2 down", 0.0),
+        follows(
+            &tb,
+            "link up",
+            &format!("ip link set dev up2 up && {route}"),
+            1.0,
+        ),
+        follows(&tb, "deleted", "ip link del dev up2", 0.0),
+    ];
+    // Made again (the far end too, in uplink 2's router).
+    let en = tb.ns("en");
+    tb.ok(
+        "r2",
+        &[
+            "ip", "link", "add", "name", "a", "type", "veth", "peer", "name", "up2", "netns", &en,
+        ],
+    );
+    tb.ok(
+        "r2",
+        &[
+            "sh",
+            "-c",
+            "ip link set dev a up && ip addr add 198.19.2.1/24 dev a",
+        ],
+    );
+    took.push(follows(
+        &tb,
+        "made again",
+        &format!("ip link set up2 up && ip addr add 198.19.2.2/24 dev up2 && {route}"),
+        1.0,
+    ));
+    // A new address (a DSL line's renewal): the lane is dialled again from it.
+    let before = tb
+        .log("site1.log")
+        .matches("readdressed: closing the lane")
+        .count();
+    let started = std::time::Instant::now();
+    tb.ok(
+        "en",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "ip addr del 198.19.2.2/24 dev up2 && ip addr add 198.19.2.3/24 dev up2 && {route}"
+            ),
+        ],
+    );
+    let redialled = eventually(Duration::from_secs(3), || {
+        tb.log("site1.log")
+            .matches("readdressed: closing the lane")
+            .count()
+            >= before + 2
+            && up2(&tb) == 1.0
+    });
+    assert!(
+        redialled,
+        "the lanes did not follow the new address\n{}",
+        tb.logs()
+    );
+    took.push(started.elapsed());
+    println!(
+        "readdressed: followed in {} ms",
+        started.elapsed().as_millis()
+    );
+    ping_ok(&tb, "cl", SERVER_V4, 10);
+    assert!(
+        took.iter().all(|t| *t <= Duration::from_secs(1)),
+        "slower than a second: {took:?}\n{}",
+        tb.log("site1.log")
+    );
+}
+
+#[test]
 fn lanes_come_back_when_the_exit_restarts() {
     let mut tb = Testbed::up("e2erestart", &[("RATES", "0 0 0")]);
     tb.start();

@@ -39,6 +39,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs a gateway until SIGTERM or SIGINT.
 pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
+    for warning in config.warnings() {
+        warn!("{warning}");
+    }
     let material = TlsMaterial::load(&config.tls)?;
     let site_ids: Vec<String> = match &config.role {
         RoleConfig::Entry(entry) => vec![entry.site.clone()],

@@ -217,6 +217,9 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
         c.scheduler.algorithm.as_str(),
         c.admin.listen
     );
+    for warning in c.warnings() {
+        eprintln!("warning: {warning}");
+    }
     println!("configuration OK");
     Ok(())
 }

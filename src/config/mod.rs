@@ -220,6 +220,26 @@ pub const UDP_PAYLOAD_V4: u32 = 1500 - 20 - 8;
 pub const UDP_PAYLOAD_V6: u32 = 1500 - 40 - 8;
 
 impl Config {
+    /// What is allowed but worth a word: uplinks whose interface does not exist
+    /// (yet): their lanes wait for it.
+    pub fn warnings(&self) -> Vec<String> {
+        let RoleConfig::Entry(entry) = &self.role else {
+            return Vec::new();
+        };
+        entry
+            .uplinks
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| !Path::new("/sys/class/net").join(&u.interface).exists())
+            .map(|(i, u)| {
+                format!(
+                    "uplinks[{i}].interface: no such interface {:?} now; its lanes wait for it",
+                    u.interface
+                )
+            })
+            .collect()
+    }
+
     /// Reads, merges environment overrides into, and validates a configuration file.
     pub fn load(file: &Path) -> Result<Config, FieldError> {
         let file_label = file.display().to_string();
@@ -411,13 +431,16 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
                 format!("{:?} is used by another uplink", u.name),
             );
         }
+        // An interface that does not exist yet is waited for (`Config::warnings`).
         if u.interface.is_empty()
             || u.interface.len() > 15
-            || !Path::new("/sys/class/net").join(&u.interface).exists()
+            || u.interface.contains(['/', ' '])
+            || u.interface == "."
+            || u.interface == ".."
         {
             return err(
                 at("interface"),
-                format!("no such interface {:?}", u.interface),
+                format!("{:?} is not an interface name", u.interface),
             );
         }
         let source = match &u.source {

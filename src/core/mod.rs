@@ -23,6 +23,7 @@ pub mod hash;
 pub mod icmp;
 pub mod lane;
 pub mod lane_cc;
+pub mod link_state;
 pub mod offload;
 pub mod pacer;
 pub mod pacing_table;

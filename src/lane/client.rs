@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use tokio::sync::{mpsc, watch};
@@ -14,6 +15,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::cc::KnownUplink;
 use super::dscp::{ColourDscp, Marking};
+use super::links::{LinkView, LinkWatch};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
@@ -39,6 +41,8 @@ pub struct Dialers {
     running: Vec<(UplinkConfig, CancellationToken)>,
     /// The uplinks the data path wants hung up.
     held: DialDemand,
+    /// The uplinks' interfaces as the kernel reports them.
+    links: LinkWatch,
 }
 
 /// Which uplinks the data path wants hung up, by name: cold ones (`standby =
@@ -76,6 +80,8 @@ impl Dialers {
         shutdown: CancellationToken,
         tracker: TaskTracker,
     ) -> Dialers {
+        let links = LinkWatch::default();
+        tracker.spawn(links.clone().run(shutdown.clone()));
         Dialers {
             tls: watch::Sender::new(tls),
             dscp,
@@ -86,6 +92,7 @@ impl Dialers {
             exit: Default::default(),
             running: Vec::new(),
             held: DialDemand::default(),
+            links,
         }
     }
 
@@ -119,6 +126,7 @@ impl Dialers {
                 let mut dialer =
                     Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
                 dialer.held = Some(self.held.0.subscribe());
+                dialer.link = Some(self.links.subscribe(&uplink.interface));
                 self.tracker
                     .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
             }
@@ -154,6 +162,8 @@ pub struct Dialer {
     /// The uplinks the data path wants hung up: this one's lane is up only while
     /// it is not among them (none: always).
     pub held: Option<watch::Receiver<BTreeSet<String>>>,
+    /// Its interface as the kernel reports it (none: assumed usable).
+    pub link: Option<watch::Receiver<LinkView>>,
 }
 
 impl Dialer {
@@ -179,6 +189,29 @@ impl Dialer {
             dscp,
             tls,
             held: None,
+            link: None,
+        }
+    }
+
+    /// Its interface as last reported.
+    fn link_now(&self) -> LinkView {
+        self.link.as_ref().map_or(
+            LinkView {
+                usable: true,
+                renewals: 0,
+            },
+            |l| *l.borrow(),
+        )
+    }
+
+    /// Returns once its interface is usable; false at `shutdown`.
+    async fn until_link_usable(&mut self, shutdown: &CancellationToken) -> bool {
+        let Some(link) = self.link.as_mut() else {
+            return true;
+        };
+        tokio::select! {
+            r = link.wait_for(|l| l.usable) => r.is_ok(),
+            () = shutdown.cancelled() => false,
         }
     }
 
@@ -201,19 +234,6 @@ impl Dialer {
         }
     }
 
-    /// Returns once the lane is no longer wanted (never, without a demand to follow).
-    async fn until_unwanted(&mut self) {
-        let name = self.uplink.name.clone();
-        match self.held.as_mut() {
-            Some(held) => {
-                if held.wait_for(|h| h.contains(&name)).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-            None => std::future::pending().await,
-        }
-    }
-
     /// Keeps this uplink's lane up until `shutdown` (a cold one's while wanted).
     pub async fn run(
         mut self,
@@ -232,6 +252,14 @@ impl Dialer {
                     }
                     info!("wanted again: dialling");
                 }
+                if !self.link_now().usable {
+                    info!(interface = %self.uplink.interface, "interface missing, down or without an address: waiting for it");
+                    if !self.until_link_usable(&shutdown).await {
+                        return;
+                    }
+                    settle(&shutdown).await;
+                }
+                let link = self.link_now();
                 let limit = redial.attempt_limit();
                 let attempt = tokio::select! {
                     r = tokio::time::timeout(limit, self.connect()) => r.unwrap_or_else(|_| {
@@ -257,16 +285,24 @@ impl Dialer {
                         if events.send(LaneEvent::Up(lane)).await.is_err() {
                             return; // the driver is gone: shutting down
                         }
+                        let (mut held, mut link_rx) = (self.held.clone(), self.link.clone());
                         tokio::select! {
                             reason = conn.closed() => warn!(%reason, "lane down"),
                             () = shutdown.cancelled() => {
                                 conn.close(0u32.into(), b"shutdown");
                                 return;
                             }
-                            () = self.until_unwanted() => {
+                            () = until_unwanted(&mut held, &self.uplink.name) => {
                                 info!("no longer wanted: hanging up");
                                 conn.close(0u32.into(), b"standby");
                                 redial.connected();
+                                continue;
+                            }
+                            () = until_link_changes(&mut link_rx, link) => {
+                                info!(interface = %self.uplink.interface, "interface down, gone or readdressed: closing the lane");
+                                conn.close(0u32.into(), b"interface changed");
+                                redial.connected();
+                                settle(&shutdown).await;
                                 continue;
                             }
                         }
@@ -289,6 +325,8 @@ impl Dialer {
                 tokio::select! {
                     () = tokio::time::sleep(redial.next_wait()) => {}
                     () = shutdown.cancelled() => return,
+                    // Back or readdressed: at once, not after the backoff.
+                    () = until_link_changes(&mut self.link, link) => settle(&shutdown).await,
                 }
             }
         }
@@ -348,6 +386,44 @@ impl Dialer {
         addrs
             .find(|a| wanted_v6.is_none_or(|v6| a.is_ipv6() == v6))
             .with_context(|| format!("{} has no address of the uplink's family", self.peer))
+    }
+}
+
+/// How long a dialer waits after its interface came up or changed its address
+/// before it dials: whatever brings the interface up (a DHCP client, the network
+/// manager) adds its routes a moment later, and an Initial sent before them is lost
+/// and resent by quinn only after a second.
+pub const LINK_SETTLE: Duration = Duration::from_millis(100);
+
+async fn settle(shutdown: &CancellationToken) {
+    tokio::select! {
+        () = tokio::time::sleep(LINK_SETTLE) => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
+/// Returns once `uplink` is among the `held` ones (never, without a demand to follow).
+async fn until_unwanted(held: &mut Option<watch::Receiver<BTreeSet<String>>>, uplink: &str) {
+    match held {
+        Some(held) => {
+            if held.wait_for(|h| h.contains(uplink)).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Returns once the interface went down or was renewed since `seen` (never without
+/// a watch).
+async fn until_link_changes(link: &mut Option<watch::Receiver<LinkView>>, seen: LinkView) {
+    match link {
+        Some(link) => {
+            if link.wait_for(|l| *l != seen).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

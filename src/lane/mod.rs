@@ -9,6 +9,7 @@ pub mod cc;
 pub mod client;
 pub mod dscp;
 pub mod io;
+pub mod links;
 pub mod server;
 
 use std::net::SocketAddr;
