@@ -21,7 +21,13 @@ and the lanes each gateway took out of service (`braid_lane_stalls_total`; in th
 variants below, with the log line that says why each one was, and the probes each
 gateway's lanes sent per second, `braid_lane_probes_total{direction="sent"}`).
 
-A second variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
+Two variants with backup tiers, `backup-warm` and `backup-cold`: uplinks 1 and 2 are
+primaries, uplink 3 a backup (`priority = 2`, warm or cold standby, `tiers.hold_ms`
+3000); the paths behind both primaries die at once, and the figures are the same as
+the cut's, with the inner bytes the backup carried while the primaries were up and
+how long after they returned the backup stood by again (warm) or was hung up (cold).
+
+A further variant, `lossy`, cuts nothing: every uplink loses 5 % of its packets each
 way, and every lane taken out of service is a false failover; `jittery` is the same
 with up to 20 ms of extra one-way delay (uniform, never reordering) instead of loss,
 as a cellular uplink has. A fourth, `idle`,
@@ -29,7 +35,8 @@ carries no traffic: what the lanes' keep-alives and acknowledgements cost, count
 the first uplink's router for 10 s.
 
 Usage (root): integration/bench_failover.py --braid target/release/braid
-              [--runs afmt,afmt-flowlet,round-robin] [--variants cut,lossy,jittery,idle]
+              [--runs afmt,afmt-flowlet,round-robin]
+              [--variants cut,backup-warm,backup-cold,lossy,jittery,idle]
               [--hold 1,5]
 
 A run names the scheduler; RUN@BINARY uses that braid binary instead of --braid's, so
@@ -68,6 +75,10 @@ LOSSY_SECONDS = 20
 JITTER_MS = 20
 # The variants that cut nothing and count false failovers: what each does to every uplink.
 STEADY = {"lossy": ("LOSS", "5"), "jittery": ("JITTER", str(JITTER_MS))}
+# Backup tiers: uplink 3 stands by for 1 and 2 (warm or cold), traffic returns 3 s
+# after they do.
+BACKUP = {"backup-warm": "warm", "backup-cold": "cold"}
+CUTS = ("cut", *BACKUP)
 NAME = "bfail"
 
 
@@ -197,6 +208,8 @@ def run_one(variant, label, hold, braid, linkemu):
     if variant in STEADY:
         knob, value = STEADY[variant]
         env[knob] = " ".join(value for _ in RATES)
+    if variant in BACKUP:
+        env.update(PRIORITIES="1 1 2", STANDBY=f"warm warm {BACKUP[variant]}", TIERS_HOLD_MS="3000")
     sh("bash", TESTBED, "up", NAME, env=env)
     try:
         sh("bash", TESTBED, "start", NAME, env=env)
@@ -216,6 +229,7 @@ def run_one(variant, label, hold, braid, linkemu):
             time.sleep(1)
             after = lane_counts(metrics_text(NAME, "ex"), "lane_tx_packets_total")
             voip_uplink = max(after, key=lambda u: after[u] - before.get(u, 0))
+            inner_before = lane_counts(metrics_text(NAME, "ex"), "lane_tx_bytes_total")
             stalls_before = {role: lane_counts(metrics_text(NAME, role), "lane_stalls_total") for role in ("en", "ex")}
             probes_before = {role: probes_sent(metrics_text(NAME, role)) for role in ("en", "ex")}
             probes_since = time.monotonic()
@@ -223,7 +237,7 @@ def run_one(variant, label, hold, braid, linkemu):
             download = subprocess.Popen(inns(NAME, "cl", "iperf3", "-c", SERVER, "-R", "-t", str(download_seconds),
                                              "-C", "cubic", "-i", "0.1", "-J"), stdout=subprocess.PIPE, text=True)
             row = {"run": label, "variant": variant, "hold_s": hold, "voip_uplink": voip_uplink}
-            if variant == "cut":
+            if variant in CUTS:
                 time.sleep(BEFORE_CUT_SECONDS - 0.5)
                 bytes_before = lane_counts(metrics_text(NAME, "ex"), "lane_tx_bytes_total")
                 time.sleep(0.5)
@@ -231,16 +245,27 @@ def run_one(variant, label, hold, braid, linkemu):
                 total_bytes = sum(bytes_after.values()) - sum(bytes_before.values())
                 row["cut_share"] = ((bytes_after[voip_uplink] - bytes_before.get(voip_uplink, 0)) / total_bytes
                                     if total_bytes else 0.0)
-                router = "r" + voip_uplink.removeprefix("up")
-                cut(router, True)
+                if variant in BACKUP:
+                    inner = lane_counts(metrics_text(NAME, "ex"), "lane_tx_bytes_total")
+                    row["backup_bytes_before"] = inner.get("up3", 0) - inner_before.get("up3", 0)
+                    routers = ["r1", "r2"]
+                    # Back on the primaries: the backup stands by (warm) or has no lane
+                    # up (cold: hung up after the hold and a 2 s linger).
+                    back = (rf'^braid_uplink_standby\{{[^}}]*uplink="up3"[^}}]*\}} 1$' if BACKUP[variant] == "warm"
+                            else rf'^braid_uplink_up\{{[^}}]*uplink="up3"[^}}]*\}} 0$')
+                else:
+                    routers = ["r" + voip_uplink.removeprefix("up")]
+                    back = rf'^braid_uplink_up\{{[^}}]*uplink="{voip_uplink}"[^}}]*\}} 1$'
+                for router in routers:
+                    cut(router, True)
                 cut_at = now_ns()
                 time.sleep(hold)
-                cut(router, False)
+                for router in routers:
+                    cut(router, False)
                 returned_at = now_ns()
                 row["return_s"] = float("nan")
-                while now_ns() - returned_at < 10e9:
-                    text = metrics_text(NAME, "en")
-                    if re.search(rf'^braid_uplink_up\{{[^}}]*uplink="{voip_uplink}"[^}}]*\}} 1$', text, re.M):
+                while now_ns() - returned_at < 15e9:
+                    if re.search(back, metrics_text(NAME, "en"), re.M):
                         row["return_s"] = (now_ns() - returned_at) / 1e9
                         break
                     time.sleep(0.05)
@@ -262,7 +287,7 @@ def run_one(variant, label, hold, braid, linkemu):
         intervals = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6)
                      for i in report["intervals"]]
         row["duplicates"] = {d: duplicates(voip_data[d]) for d in VOIP_PORTS}
-        if variant == "cut":
+        if variant in CUTS:
             cut_s = (cut_at - iperf_started) / 1e9
             row["voip"] = {d: gaps(voip_data[d], cut_at - 1_000_000_000, returned_at) for d in VOIP_PORTS}
             row["voip_return"] = {d: gaps(voip_data[d], returned_at, returned_at + 2_000_000_000)
@@ -279,6 +304,22 @@ def run_one(variant, label, hold, braid, linkemu):
         return row
     finally:
         sh("bash", TESTBED, "down", NAME, env=env)
+
+
+def report_backup(rows):
+    backups = [r for r in rows if r["variant"] in BACKUP]
+    if backups:
+        print(f"\n== backup tiers: uplinks {RATES} Mbit/s, one-way delays {DELAYS} ms, uplink 3 the backup "
+              f"of 1 and 2; both primaries' paths die beside a TCP download and a VoIP flow")
+        print(f"{'run':34} {'standby':>7} {'hold s':>6} {'backup bytes before':>19} {'VoIP gap down/up ms':>20} "
+              f"{'lost down/up':>12} {'TCP goodput per 100 ms after the cut (share of before)':>40} "
+              f"{'back on primaries s':>19}")
+        for r in backups:
+            v = r["voip"]
+            shares = " ".join(f"{s:.2f}" for s in r["after_cut_share"])
+            print(f"{r['run']:34} {BACKUP[r['variant']]:>7} {r['hold_s']:6.1f} {r['backup_bytes_before']:19.0f} "
+                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
+                  f"{shares:>40} {r['return_s']:19.2f}")
 
 
 def report(rows):
@@ -339,13 +380,15 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for variant in args.variants.split(","):
-        if variant not in ("cut", "idle", *STEADY):
-            raise SystemExit(f"unknown variant {variant!r}: cut, lossy, jittery or idle")
-        holds = [float(h) for h in args.hold.split(",")] if variant == "cut" else [0.0]
+        if variant not in (*CUTS, "idle", *STEADY):
+            raise SystemExit(f"unknown variant {variant!r}: cut, backup-warm, backup-cold, lossy, "
+                             "jittery or idle")
+        holds = [float(h) for h in args.hold.split(",")] if variant in CUTS else [0.0]
         for hold in holds:
             for label in args.runs.split(","):
                 rows.append(run_one(variant, label, hold, args.braid, linkemu))
     report(rows)
+    report_backup(rows)
     report_idle(rows)
     with open(os.path.join(args.out, "failover.json"), "w") as f:
         json.dump(rows, f)

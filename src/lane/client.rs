@@ -41,6 +41,8 @@ pub struct Dialers {
     running: Vec<(UplinkConfig, CancellationToken)>,
     /// The uplinks the data path wants hung up.
     held: DialDemand,
+    /// Every uplink ever configured, by name.
+    configured: BTreeSet<String>,
     /// The uplinks' interfaces as the kernel reports them.
     links: LinkWatch,
 }
@@ -92,6 +94,7 @@ impl Dialers {
             exit: Default::default(),
             running: Vec::new(),
             held: DialDemand::default(),
+            configured: BTreeSet::new(),
             links,
         }
     }
@@ -115,10 +118,12 @@ impl Dialers {
             if self.running.iter().any(|(running, _)| running == uplink) {
                 continue;
             }
-            // A cold one waits until the data path wants it.
-            if uplink.cold {
+            // A new cold one waits until the data path wants it; one dialled anew
+            // (its configuration changed) keeps what the data path last wanted.
+            if uplink.cold && self.configured.insert(uplink.name.clone()) {
                 self.held.set(&uplink.name, false);
             }
+            self.configured.insert(uplink.name.clone());
             // A green and a blue lane per uplink (SPEC §1), stopped together.
             let stop = self.shutdown.child_token();
             for colour in Colour::ALL {
