@@ -306,6 +306,14 @@ def run_one(variant, label, hold, braid, linkemu):
         sh("bash", TESTBED, "down", NAME, env=env)
 
 
+def cut_cells(r):
+    """A cut's VoIP gaps and losses each way, and the download's goodput after it."""
+    v = r["voip"]
+    shares = " ".join(f"{s:.2f}" for s in r["after_cut_share"])
+    return (f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
+            f"{shares:>40}")
+
+
 def report_backup(rows):
     backups = [r for r in rows if r["variant"] in BACKUP]
     if backups:
@@ -315,11 +323,8 @@ def report_backup(rows):
               f"{'lost down/up':>12} {'TCP goodput per 100 ms after the cut (share of before)':>40} "
               f"{'back on primaries s':>19}")
         for r in backups:
-            v = r["voip"]
-            shares = " ".join(f"{s:.2f}" for s in r["after_cut_share"])
             print(f"{r['run']:34} {BACKUP[r['variant']]:>7} {r['hold_s']:6.1f} {r['backup_bytes_before']:19.0f} "
-                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
-                  f"{shares:>40} {r['return_s']:19.2f}")
+                  f"{cut_cells(r)} {r['return_s']:19.2f}")
 
 
 def report(rows):
@@ -331,11 +336,8 @@ def report(rows):
               f"{'lost down/up':>12} {'TCP goodput per 100 ms after the cut (share of before)':>40} "
               f"{'return s':>8} {'stalls en/ex':>12} {'dup down/up':>11} {'after the return: gap ms, lost':>30}")
         for r in cuts:
-            v = r["voip"]
-            shares = " ".join(f"{s:.2f}" for s in r["after_cut_share"])
             print(f"{r['run']:34} {r['hold_s']:6.1f} {r['voip_uplink']:>6} {r['cut_share']:6.2f} "
-                  f"{v['down'][0]:9.0f} / {v['up'][0]:<8.0f} {v['down'][1]:5.0f} / {v['up'][1]:<4.0f} "
-                  f"{shares:>40} {r['return_s']:8.2f} {r['stalls']['en']:5.0f} / {r['stalls']['ex']:<4.0f} "
+                  f"{cut_cells(r)} {r['return_s']:8.2f} {r['stalls']['en']:5.0f} / {r['stalls']['ex']:<4.0f} "
                   f"{r['duplicates']['down']:5d} / {r['duplicates']['up']:<3d} "
                   + " ".join(f"{d} {g:.0f}, {lost:.0f}" for d, (g, lost, _) in r["voip_return"].items()))
     for variant, what in (("lossy", "5 % loss each way"),

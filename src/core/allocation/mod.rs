@@ -403,9 +403,13 @@ mod solver_tests {
                 fast.first_min_utility,
                 fast.total_utility
             );
-            assert!(exact.first_min_utility >= fast.first_min_utility - 1e-9);
+            assert!(exact.first_min_utility >= fast.first_min_utility - SOLVER_TOLERANCE);
         }
     }
+
+    /// How far HiGHS's optimum may fall short of a bound it meets exactly in
+    /// arithmetic: it works to a tolerance of about 1e-6 (4.249999 for 4.25 was seen).
+    const SOLVER_TOLERANCE: f64 = 1e-5;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
@@ -433,7 +437,8 @@ mod solver_tests {
             let fast = fast::solve(&problem).unwrap();
             check(&problem, &exact);
             check(&problem, &fast);
-            prop_assert!(exact.first_min_utility >= fast.first_min_utility - 1e-9,
+            // HiGHS meets its bounds within its tolerances (about 1e-6).
+            prop_assert!(exact.first_min_utility >= fast.first_min_utility - SOLVER_TOLERANCE,
                 "exact {} below fast {}", exact.first_min_utility, fast.first_min_utility);
         }
     }

@@ -351,21 +351,62 @@ impl DataPath {
             }
         }
         for (id, srtt) in stalled {
-            // Before what it lost is sent again: over the tier that takes over.
-            if let Some(Some(l)) = self.lanes.get(id.0 as usize) {
-                self.review_tiers(l.site, now);
-            }
             self.give_up(id, srtt, now);
         }
     }
 
     /// After lane `lane` was taken out of service because its path fell silent:
-    /// sends what it may have lost over the other lanes, and says why for the log.
+    /// takes the site's lanes silent as long as it out of service with it, sends
+    /// what they may have lost over the other lanes, and says why for the log.
     pub(super) fn give_up(&mut self, lane: LaneId, srtt: Duration, now: Instant) {
-        let resent = self.resend_from(lane, srtt, now);
+        let alike = self.silent_alike(lane, now);
         if let Some(Some(l)) = self.lanes.get(lane.0 as usize) {
-            let why = l.stalled(srtt, resent, now);
-            self.lane_services.push_back((lane, why));
+            // Before what they lost is sent again: over the tier that takes over.
+            self.review_tiers(l.site, now);
         }
+        for (id, srtt) in std::iter::once((lane, srtt)).chain(alike) {
+            let resent = self.resend_from(id, srtt, now);
+            if let Some(Some(l)) = self.lanes.get(id.0 as usize) {
+                let why = l.stalled(srtt, resent, now);
+                self.lane_services.push_back((id, why));
+            }
+        }
+    }
+
+    /// The lanes of `lane`'s site, other than it, that wait for an answer and have
+    /// not been heard from since it was, give or take a round trip of theirs: one
+    /// cause silenced them together (both lines of a tier cut at once, the exit
+    /// gone), and waiting for each one's own failed exchanges would move the flows
+    /// from one dead lane to the next. Taken out of service here, with their round
+    /// trips. A live lane that waits for an answer hears its acknowledgements far
+    /// more often than a silence takes to be judged.
+    fn silent_alike(&mut self, lane: LaneId, now: Instant) -> Vec<(LaneId, Duration)> {
+        let Some(Some(given_up)) = self.lanes.get(lane.0 as usize) else {
+            return Vec::new();
+        };
+        let (site, heard_at) = (given_up.site, given_up.heard_at);
+        let mut alike = Vec::new();
+        for (i, l) in self.lanes.iter_mut().enumerate() {
+            let id = LaneId(i as u32);
+            let Some(l) = l.as_mut().filter(|l| id != lane && l.site == site) else {
+                continue;
+            };
+            if !l.healthy || l.answer_due.is_none() {
+                continue;
+            }
+            let Some(v) = view_mut(&mut self.sites, site, id) else {
+                continue;
+            };
+            if l.heard_at > heard_at.saturating_add(v.srtt) {
+                continue;
+            }
+            v.up = false;
+            l.healthy = false;
+            l.recovering = true;
+            l.state_since = now;
+            l.counters.stalls += 1;
+            alike.push((id, v.srtt));
+        }
+        alike
     }
 }

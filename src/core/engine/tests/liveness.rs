@@ -436,3 +436,59 @@ fn a_reconnected_lane_replaces_the_old_one_which_is_closed_and_never_revived() {
     e.handle_lane_closed(old);
     assert!(e.lane(old).is_none());
 }
+
+#[test]
+fn lanes_silent_as_long_as_one_given_up_are_given_up_with_it() {
+    // Round-robin over a, b and c; a and b fall silent at 100 ms (one cause: both
+    // cut at once), c is heard throughout. quinn transmits a's packets at once and
+    // holds b's (its window is full), so that b's own silence is judged later.
+    let mut e = engine(Role::Entry, Algorithm::RoundRobin);
+    let a = lane_up(&mut e, "a", "dsl1", 1400, at(0));
+    let b = lane_up(&mut e, "a", "dsl2", 1400, at(0));
+    let c = lane_up(&mut e, "a", "lte", 1400, at(0));
+    for t in [50, 100] {
+        for lane in [a, b, c] {
+            e.handle_lane_sample(lane, drained(&e, lane, t), at(t));
+        }
+    }
+    // Packets from 110 ms: each lane waits for answers; only c gets them.
+    let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+    let mut t = 110;
+    let mut given_up_at = None;
+    while t < 1000 {
+        sent_on(&mut e, &pkt, at(t));
+        let silent = LaneSample {
+            rx_datagrams: 100,
+            ..drained(&e, a, 100)
+        };
+        e.handle_lane_sample(a, silent, at(t));
+        e.handle_lane_sample(b, sample(1400, 100), at(t));
+        e.handle_lane_sample(c, drained(&e, c, t), at(t));
+        e.handle_timeout(at(t));
+        let down = |e: &DataPath, l| e.lane(l).is_some_and(|r| !r.state.healthy());
+        if down(&e, a) || down(&e, b) {
+            given_up_at = Some(t);
+            assert!(
+                down(&e, a) && down(&e, b),
+                "at {t} ms one of a and b is still in service"
+            );
+            assert!(!down(&e, c), "c was heard throughout");
+            break;
+        }
+        t += 5;
+    }
+    assert!(given_up_at.is_some(), "neither a nor b was given up");
+    let services: Vec<_> = std::iter::from_fn(|| e.poll_lane_service()).collect();
+    for lane in [a, b] {
+        assert!(
+            services
+                .iter()
+                .any(|(l, s)| *l == lane && matches!(s, LaneService::Stalled { .. })),
+            "{services:?}"
+        );
+    }
+    // From then on, everything goes over c.
+    for _ in 0..6 {
+        assert_eq!(sent_on(&mut e, &pkt, at(t)), Some(c));
+    }
+}
