@@ -80,11 +80,14 @@ fn main() {
     let segments: Vec<Vec<u8>> = (0..4).map(|f| segment(40_000 + f)).collect();
     // What each entry lane was handed, to sample it as sent and answered.
     let mut handed = vec![(0u64, 0u64); entry_lanes.len()];
+    // The lanes each engine wants sampled: every lane is then (they all carry).
+    let mut due = Vec::new();
     let mut delivered = 0u64;
     for i in 0..packets {
         // 10 µs apart: about 1.1 Gbit/s.
         let now = Instant::from_nanos(i * 10_000);
-        if entry.wants_lane_samples(now) {
+        entry.lanes_to_sample(now, &mut due);
+        if !due.is_empty() {
             for (k, &lane) in entry_lanes.iter().enumerate() {
                 let sample = LaneSample {
                     srtt: Duration::from_millis(10 + 10 * k as u64),
@@ -100,7 +103,8 @@ fn main() {
                 entry.handle_lane_sample(lane, sample, now);
             }
         }
-        if exit.wants_lane_samples(now) {
+        exit.lanes_to_sample(now, &mut due);
+        if !due.is_empty() {
             for &lane in &exit_lanes {
                 let sample = LaneSample {
                     srtt: Duration::from_millis(10),

@@ -8,8 +8,12 @@ missing=()
 command -v c++ >/dev/null || missing+=(g++)
 command -v ccache >/dev/null || missing+=(ccache)
 command -v cmake >/dev/null || missing+=(cmake)
-compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null ||
-    compgen -G "/usr/lib/*/libclang*.so*" >/dev/null || missing+=(libclang-dev)
+# libclang itself: libclang-cpp, which some packages bring alone, is not what
+# bindgen loads.
+compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null ||
+    compgen -G "/usr/lib/llvm-*/lib/libclang-[0-9]*.so*" >/dev/null ||
+    compgen -G "/usr/lib/*/libclang.so*" >/dev/null ||
+    compgen -G "/usr/lib/*/libclang-[0-9]*.so*" >/dev/null || missing+=(libclang-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     apt-get update -qq

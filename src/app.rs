@@ -17,7 +17,7 @@ use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{Config, RoleConfig};
 use crate::control::admin::{self, Admin};
-use crate::control::app_stats::AppStats;
+use crate::control::app_stats::{AppStats, SiteReport};
 use crate::control::caps::CapKeeper;
 use crate::control::command::DriverCommand;
 use crate::control::metrics::Metrics;
@@ -29,7 +29,8 @@ use crate::core::engine::{
 use crate::core::time::Instant;
 use crate::dispatch::{self, ThreadInputs};
 use crate::driver::{Driver, DriverParts, ThreadLinks};
-use crate::lane::{self, LaneEvent, client::Dialers, dscp::ColourDscp, server::Admission};
+use crate::lane::client::{DialDemand, Dialers};
+use crate::lane::{self, LaneEvent, dscp::ColourDscp, server::Admission};
 use crate::notify::Notifier;
 use crate::reload::{self, ReloadPlan};
 use crate::tun::{self, Tun};
@@ -192,51 +193,24 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
         ));
         inputs
     };
+    let threads_of = ThreadsOf {
+        config: &config,
+        role,
+        sites: &sites,
+        site_ids: &site_ids,
+        tables: &tables,
+        metrics: &metrics,
+        report: &report,
+        clock,
+        status: &status,
+        notifier: &notifier,
+        dial_demand: dial_demand.as_ref(),
+    };
     let mut drivers: Vec<Driver> = tuns
         .into_iter()
         .zip(ThreadLinks::all(threads))
         .zip(inputs)
-        .map(|((tun, links), (events, commands))| {
-            let mut engine = DataPath::new(engine_config(&config, role, &sites, links.shard));
-            let caps = match &config.role {
-                RoleConfig::Entry(entry) => Some(CapKeeper::new(
-                    entry,
-                    config.tiers,
-                    config.caps_state_file.clone(),
-                    metrics.clone(),
-                )),
-                RoleConfig::Exit(_) => None,
-            };
-            for (site, table) in &tables {
-                if let Some(i) = site_ids.iter().position(|s| s == site)
-                    && engine.owns(SiteIdx(i as u32))
-                {
-                    engine.handle_pacing_table(SiteIdx(i as u32), table.clone(), Instant::ZERO);
-                    info!(
-                        site,
-                        version = table.version,
-                        apps = table.apps.len(),
-                        "pacing table restored"
-                    );
-                }
-            }
-            let app_stats = AppStats::new(metrics.clone(), &engine, report.clone());
-            Driver::new(DriverParts {
-                engine,
-                app_stats,
-                metrics: metrics.clone(),
-                clock,
-                tun,
-                events,
-                commands,
-                links,
-                status: status.clone(),
-                notifier: notifier.clone(),
-                dial_demand: dial_demand.clone(),
-                caps,
-            })
-            .context("starting the thread that writes the TUN device")
-        })
+        .map(|((tun, links), (events, commands))| threads_of.driver(tun, links, events, commands))
         .collect::<anyhow::Result<_>>()?;
     // The first thread runs here, as the only one did; the others beside it. Any
     // of them stopping (its TUN queue or the thread writing it failed) stops the
@@ -274,6 +248,75 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
     }
     info!("stopped");
     ended.context("the data path stopped")
+}
+
+/// What every data-path thread of a gateway is built from.
+pub(crate) struct ThreadsOf<'a> {
+    pub config: &'a Config,
+    pub role: Role,
+    pub sites: &'a [SiteSpec],
+    pub site_ids: &'a [String],
+    /// The controller's last tables, restored at start.
+    pub tables: &'a pacing_control::Tables,
+    pub metrics: &'a Arc<Metrics>,
+    pub report: &'a Arc<Mutex<Vec<SiteReport>>>,
+    pub clock: Clock,
+    pub status: &'a Arc<StatusBoard>,
+    pub notifier: &'a Arc<Notifier>,
+    pub dial_demand: Option<&'a DialDemand>,
+}
+
+impl ThreadsOf<'_> {
+    /// The driver of the thread `links` names, over its TUN queue `tun`, with its
+    /// own engine holding the tables of the sites it serves.
+    pub(crate) fn driver(
+        &self,
+        tun: Tun,
+        links: ThreadLinks,
+        events: mpsc::Receiver<LaneEvent>,
+        commands: mpsc::Receiver<DriverCommand>,
+    ) -> anyhow::Result<Driver> {
+        let config = self.config;
+        let mut engine = DataPath::new(engine_config(config, self.role, self.sites, links.shard));
+        let caps = match &config.role {
+            RoleConfig::Entry(entry) => Some(CapKeeper::new(
+                entry,
+                config.tiers,
+                config.caps_state_file.clone(),
+                self.metrics.clone(),
+            )),
+            RoleConfig::Exit(_) => None,
+        };
+        for (site, table) in self.tables {
+            if let Some(i) = self.site_ids.iter().position(|s| s == site)
+                && engine.owns(SiteIdx(i as u32))
+            {
+                engine.handle_pacing_table(SiteIdx(i as u32), table.clone(), Instant::ZERO);
+                info!(
+                    site,
+                    version = table.version,
+                    apps = table.apps.len(),
+                    "pacing table restored"
+                );
+            }
+        }
+        let app_stats = AppStats::new(self.metrics.clone(), &engine, self.report.clone());
+        Driver::new(DriverParts {
+            engine,
+            app_stats,
+            metrics: self.metrics.clone(),
+            clock: self.clock,
+            tun,
+            events,
+            commands,
+            links,
+            status: self.status.clone(),
+            notifier: self.notifier.clone(),
+            dial_demand: self.dial_demand.cloned(),
+            caps,
+        })
+        .context("starting the thread that writes the TUN device")
+    }
 }
 
 /// What a data-path thread's engine is built from.

@@ -1,4 +1,4 @@
-//! The command line: `braid run | check-config | cert | status | pacing | controller | demo`. Exit codes: 0 success, 2 a
+//! The command line: `braid run | check-config | cert | status | pacing | controller | loadgen | demo`. Exit codes: 0 success, 2 a
 //! configuration error, 1 any other failure; errors are one line `error: ...`.
 
 use std::path::PathBuf;
@@ -55,6 +55,10 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Many sites against one exit from one process, to size an exit (issued
+    /// certificates, real lanes; docs/scale-out.md).
+    #[command(subcommand)]
+    Loadgen(LoadgenCommand),
     /// Build a namespace testbed with three uplinks, run both gateways and three
     /// downloads, and show a live per-uplink table (root; Ctrl-C stops and cleans up).
     Demo {
@@ -77,6 +81,42 @@ enum CertCommand {
         ca: PathBuf,
         #[arg(long)]
         name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum LoadgenCommand {
+    /// Print the exit's `[[sites]]` for the generator's first COUNT sites.
+    Sites { count: usize },
+    /// Run COUNT sites: each dials a green and a blue lane over every uplink; JSON
+    /// lines on stdout.
+    Run {
+        /// The exit's address:port.
+        #[arg(long)]
+        exit: String,
+        /// The name in the exit's certificate.
+        #[arg(long, default_value = "exit")]
+        exit_name: String,
+        /// The CA directory; each site's certificate is issued there unless it exists.
+        #[arg(long)]
+        ca: PathBuf,
+        #[arg(long)]
+        sites: usize,
+        /// The uplinks' interfaces, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        uplinks: Vec<String>,
+        /// Stop after this many seconds (else at Ctrl-C or SIGTERM).
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// How many sites send, each to the next, at SIGUSR1.
+        #[arg(long, default_value_t = 0)]
+        send_sites: usize,
+        /// What each sending site sends (kbit/s).
+        #[arg(long, default_value_t = 1000)]
+        rate_kbps: u64,
+        /// How long the sending sites' goodput is measured over.
+        #[arg(long, default_value_t = 10)]
+        send_seconds: u64,
     },
 }
 
@@ -134,6 +174,31 @@ pub fn main() -> ExitCode {
             admin,
             token_file,
         }) => crate::control::admin_client::put(&admin, site, &file, token_file),
+        Command::Loadgen(LoadgenCommand::Sites { count }) => {
+            print!("{}", crate::loadgen::exit_sites(count));
+            Ok(())
+        }
+        Command::Loadgen(LoadgenCommand::Run {
+            exit,
+            exit_name,
+            ca,
+            sites,
+            uplinks,
+            seconds,
+            send_sites,
+            rate_kbps,
+            send_seconds,
+        }) => crate::loadgen::run(crate::loadgen::Options {
+            exit,
+            exit_name,
+            ca,
+            sites,
+            interfaces: uplinks,
+            seconds,
+            send_sites,
+            rate_kbps,
+            send_seconds,
+        }),
         Command::Cert(CertCommand::Init { dir }) => crate::cert::init_ca(&dir)
             .map(|()| println!("wrote {0}/ca.pem and {0}/ca.key", dir.display())),
         Command::Cert(CertCommand::Issue { ca, name }) => crate::cert::issue(&ca, &name)

@@ -148,6 +148,8 @@ pub struct Driver {
     dial_demand: Option<DialDemand>,
     /// The entry's uplinks' tiers as configured, and their data caps' counts.
     caps: Option<CapKeeper>,
+    /// The lanes the engine wants sampled or told about, reused.
+    lane_ids: Vec<LaneId>,
 }
 
 /// What a driver is built from.
@@ -220,6 +222,7 @@ impl Driver {
             lanes_reported: None,
             dial_demand,
             caps,
+            lane_ids: Vec::new(),
         })
     }
 
@@ -274,10 +277,11 @@ impl Driver {
                 ready = tun.readable() => Wake::Tun(ready),
             };
             let now = self.clock.now();
-            if self.engine.wants_lane_samples(now) {
-                self.sample_lanes(now);
-            } else {
+            self.engine.lanes_to_sample(now, &mut self.lane_ids);
+            if self.lane_ids.is_empty() {
                 self.pass_dequeued();
+            } else {
+                self.sample_lanes(now);
             }
             match wake {
                 Wake::Stop => break,
@@ -603,6 +607,7 @@ impl Driver {
             self.lanes.resize_with(slot + 1, || None);
         }
         self.lanes[slot] = Some(io);
+        self.engine.lanes_to_sample(now, &mut self.lane_ids);
         self.sample_lanes(now);
         self.export_metrics();
     }
@@ -620,6 +625,8 @@ impl Driver {
             }
             LaneInput::Closed(lane) => {
                 // Its last counts reach the metrics before the lane is forgotten.
+                self.lane_ids.clear();
+                self.lane_ids.push(lane);
                 self.sample_lanes(now);
                 self.export_metrics();
                 self.engine.handle_lane_closed(lane);
@@ -743,20 +750,21 @@ impl Driver {
         self.status.publish(self.links.shard.index, status);
     }
 
+    /// Tells the engine what left the queues of the lanes that send.
     fn pass_dequeued(&mut self) {
-        for (i, io) in self.lanes.iter().enumerate() {
-            if let Some(io) = io {
-                self.engine
-                    .handle_lane_dequeued(LaneId(i as u32), io.dequeued_bytes());
+        self.engine.lanes_sending(&mut self.lane_ids);
+        for &lane in &self.lane_ids {
+            if let Some(Some(io)) = self.lanes.get(lane.0 as usize) {
+                self.engine.handle_lane_dequeued(lane, io.dequeued_bytes());
             }
         }
     }
 
+    /// Samples the lanes in `lane_ids`.
     fn sample_lanes(&mut self, now: Instant) {
-        for (i, io) in self.lanes.iter().enumerate() {
-            if let Some(io) = io {
-                self.engine
-                    .handle_lane_sample(LaneId(i as u32), io.sample(), now);
+        for &lane in &self.lane_ids {
+            if let Some(Some(io)) = self.lanes.get(lane.0 as usize) {
+                self.engine.handle_lane_sample(lane, io.sample(), now);
             }
         }
     }

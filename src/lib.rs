@@ -20,6 +20,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod driver;
 pub mod lane;
+pub mod loadgen;
 pub mod logging;
 pub mod notify;
 pub mod reload;

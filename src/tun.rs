@@ -99,6 +99,19 @@ impl Tun {
             .collect()
     }
 
+    /// A port that is not a device: one end of a datagram socket pair, whose other end
+    /// plays the site's LAN (`braid loadgen`'s sites). Packets cross it as they cross
+    /// a TUN device without offloads, each behind a plain virtio-net header.
+    pub fn from_socket(socket: std::os::unix::net::UnixDatagram, name: &str) -> io::Result<Tun> {
+        socket.set_nonblocking(true)?;
+        let file = File::from(std::os::fd::OwnedFd::from(socket));
+        Ok(Tun {
+            fd: crate::sys::async_fd(file)?,
+            name: name.to_string(),
+            offload: false,
+        })
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -114,7 +114,7 @@ pub fn longest_one_way(lanes: &[LaneView]) -> Duration {
 const BURST_WINDOW_DATAGRAMS: u64 = 20;
 
 /// What the shell reads from a lane's QUIC connection and its send task, once per
-/// sampling round ([`crate::core::engine::DataPath::wants_lane_samples`]): current
+/// sampling round ([`crate::core::engine::DataPath::lanes_to_sample`]): current
 /// estimates and monotonic counts. The core decides from it whether the lane is up,
 /// how full it is and what it carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

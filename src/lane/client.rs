@@ -20,6 +20,7 @@ use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_s
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{EntryConfig, UplinkConfig};
+use crate::core::engine::QUIET_KEEP_ALIVE;
 use crate::core::lane::Colour;
 use crate::core::redial::Redial;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
@@ -472,7 +473,7 @@ pub fn quic_config(
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS configuration unusable for QUIC")?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    let transport = transport_config(v6_path, uplink);
+    let transport = transport_config(v6_path, uplink, Some(QUIET_KEEP_ALIVE));
     config.transport_config(Arc::new(transport));
     Ok(config)
 }

@@ -20,7 +20,7 @@ use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
-use crate::core::engine::{KEEP_ALIVE, PEER_ACK_DELAY, UplinkPolicy};
+use crate::core::engine::{PEER_ACK_DELAY, UplinkPolicy};
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
 use crate::core::wire::MAX_MESSAGE_LEN;
@@ -69,8 +69,16 @@ pub enum LaneEvent {
 /// detection would otherwise fall back to 1200 bytes under heavy loss and refuse
 /// full-size datagrams for a minute (docs/architecture.md). `uplink` is what the configuration
 /// says of the lane's uplink: the rate its congestion window starts at once known, and
-/// the delay variation its delay cap allows.
-pub fn transport_config(v6_path: bool, uplink: Arc<cc::KnownUplink>) -> quinn::TransportConfig {
+/// the delay variation its delay cap allows. `keep_alive` is QUIC's own keep-alive:
+/// the entry's lanes send one every
+/// [`QUIET_KEEP_ALIVE`](crate::core::engine::QUIET_KEEP_ALIVE) (what keeps a quiet site's
+/// lanes open; an active site's lanes send braid's, more often), the exit's none
+/// (`core/engine/quiet.rs`).
+pub fn transport_config(
+    v6_path: bool,
+    uplink: Arc<cc::KnownUplink>,
+    keep_alive: Option<Duration>,
+) -> quinn::TransportConfig {
     let udp_payload = if v6_path {
         UDP_PAYLOAD_V6
     } else {
@@ -82,7 +90,7 @@ pub fn transport_config(v6_path: bool, uplink: Arc<cc::KnownUplink>) -> quinn::T
     t.initial_mtu(udp_payload)
         .min_mtu(udp_payload)
         .mtu_discovery_config(Some(mtud))
-        .keep_alive_interval(Some(KEEP_ALIVE))
+        .keep_alive_interval(keep_alive)
         .max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .datagram_send_buffer_size(QUINN_DATAGRAM_SEND_BUFFER)
         .datagram_receive_buffer_size(Some(QUINN_DATAGRAM_RECEIVE_BUFFER))

@@ -54,7 +54,7 @@ impl Admission {
     /// uplink (`uplink`).
     pub fn quic_config(&self, v6_path: bool, uplink: Arc<KnownUplink>) -> quinn::ServerConfig {
         let mut config = self.config.clone();
-        config.transport_config(Arc::new(transport_config(v6_path, uplink)));
+        config.transport_config(Arc::new(transport_config(v6_path, uplink, None)));
         config
     }
 }

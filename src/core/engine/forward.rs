@@ -34,6 +34,7 @@ impl DataPath {
     /// with an ICMP error when it is too big for that lane.
     pub(super) fn forward(&mut self, site_idx: SiteIdx, app: AppIdx, packet: Packet, now: Instant) {
         let Packet { info, mut datagram } = packet;
+        self.site_carried(site_idx, now);
         let colour = self.colour_of(site_idx, app, &info);
         let site = &self.sites[site_idx.0 as usize];
         let flow = info.flow_key();

@@ -99,6 +99,15 @@ pub(super) struct Lane {
     /// The delay variation last reported to the peer, and when
     /// (`variation_report.rs`).
     pub variation_reported: (Duration, Option<Instant>),
+    /// When it was last sampled; whether it sent or received since; whether it is
+    /// among the lanes sampled at every round (`quiet.rs`).
+    pub sampled_at: Instant,
+    pub touched: bool,
+    pub listed_busy: bool,
+    /// The datagrams handed when its keep-alives last looked, and about when the
+    /// last of them was (`quiet.rs`).
+    pub keep_alive_seen: u64,
+    pub sent_at: Instant,
 }
 
 impl Lane {
@@ -146,7 +155,22 @@ impl Lane {
             tx_lane_seq: 0,
             rx_lane_seq: None,
             variation_reported: (Duration::ZERO, None),
+            sampled_at: Instant::ZERO,
+            touched: false,
+            listed_busy: false,
+            keep_alive_seen: 0,
+            sent_at: now,
         }
+    }
+
+    /// Sampled at every round: it sent or received since its last sample, waits for
+    /// an answer or to leave quinn, has bytes queued, or is coming back.
+    pub(super) fn busy(&self) -> bool {
+        self.touched
+            || self.answer_due.is_some()
+            || self.own_queue() > 0
+            || self.left_quinn < self.handed_datagrams
+            || self.recovering
     }
 
     /// Opening its window by slow start, unpaced: not yet cut, and not held to its

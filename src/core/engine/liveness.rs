@@ -121,8 +121,7 @@ pub enum LaneService {
 
 impl Lane {
     /// From when the lane counts as silent, unless it is heard from before.
-    pub(super) fn silent_from(&self, stall: Duration) -> Instant {
-        let idle_bound = self.heard_at.saturating_add(stall);
+    pub(super) fn silent_from(&self, idle_bound: Instant) -> Instant {
         self.answer_due
             .map_or(idle_bound, |due| due.min(idle_bound))
     }
@@ -155,6 +154,13 @@ impl Lane {
             return None;
         }
         Some(self.await_answer(self.handed_datagrams, now + sojourn, srtt))
+    }
+
+    /// Counts a keep-alive of `len` bytes handed to the lane's sender: like QUIC's
+    /// PING it starts no wait, the lane's silence shows by the idle bound.
+    pub(super) fn hand_unawaited(&mut self, len: u64) {
+        self.handed_bytes += len;
+        self.handed_datagrams += 1;
     }
 
     /// Starts waiting for an answer to the `answer_for`-th packet handed, from `at`;
@@ -318,21 +324,23 @@ impl DataPath {
     pub(super) fn check_stalls(&mut self, now: Instant) {
         self.timers.set(Timer::StallCheck, None);
         // Allocates only when a lane falls silent.
-        let mut stalled = Vec::new();
+        let (mut stalled, mut resample) = (Vec::new(), Vec::new());
         for (i, l) in self.lanes.iter_mut().enumerate() {
             let Some(l) = l else { continue };
             let id = LaneId(i as u32);
             if !l.healthy {
                 continue;
             }
+            let site = &self.sites[l.site.0 as usize];
+            let silent_from = l.silent_from(site.idle_bound(l.heard_at, self.lane_stall, now));
             let Some(v) = view_mut(&mut self.sites, l.site, id) else {
                 continue;
             };
-            let silent_from = l.silent_from(self.lane_stall);
-            if silent_from <= now && self.sampled_at < silent_from {
+            if silent_from <= now && l.sampled_at < silent_from {
                 // The answer may have come since the last sample: decided on the
                 // next one, taken at once.
-                self.sample_due = true;
+                l.touched = true;
+                resample.push(id);
                 self.timers.set(Timer::StallCheck, Some(now));
             } else if silent_from <= now {
                 v.up = false;
@@ -349,6 +357,10 @@ impl DataPath {
                 let next = earliest(Some(silent_from), next_probe);
                 self.timers.earliest(Timer::StallCheck, next);
             }
+        }
+        for id in resample {
+            self.touch_lane(id);
+            self.sample_due = true;
         }
         for (id, srtt) in stalled {
             self.give_up(id, srtt, now);

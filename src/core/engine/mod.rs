@@ -42,6 +42,7 @@ mod duplicate;
 mod forward;
 mod lanes;
 mod liveness;
+mod quiet;
 mod repair;
 mod shaping;
 mod sites;
@@ -81,6 +82,7 @@ pub use counters::{GreenDrops, LaneCounters, LaneReport, LaneState, ShaperReport
 pub use liveness::{
     KEEP_ALIVE, LANE_STALL, LaneService, PEER_ACK_DELAY, PROBE_INTERVAL, answer_timeout,
 };
+pub use quiet::{QUIET_AFTER, QUIET_KEEP_ALIVE, QUIET_SAMPLE_INTERVAL, QUIET_STALL};
 pub use repair::{RESEND_MAX_BYTES, RESEND_WINDOW};
 pub use standby::{UplinkDemand, UplinkPolicy, UplinkTier};
 
@@ -195,8 +197,10 @@ pub struct DataPath {
     timers: TimerTable,
     /// Bytes every site's resequencer holds, bounded together.
     held_budget: HeldBudget,
-    /// When lanes were last sampled, and whether a new lane wants a sample at once.
-    sampled_at: Instant,
+    /// The lanes sampled at every round (`quiet.rs`), when they last were, and
+    /// whether one wants a sample at once.
+    busy: Vec<LaneId>,
+    busy_sampled_at: Instant,
     sample_due: bool,
     /// Packets the pacer released, reused between timeouts.
     released: Vec<(SiteIdx, AppIdx, Packet)>,
@@ -225,12 +229,14 @@ impl DataPath {
             .sites
             .iter()
             .map(|spec| {
-                Site::new(
+                let mut site = Site::new(
                     spec,
                     config.algorithm,
                     config.flow_idle_timeout,
                     config.max_flows,
-                )
+                );
+                site.start(config.role);
+                site
             })
             .collect();
         let pacing = AppPacing::new(
@@ -277,7 +283,8 @@ impl DataPath {
             steered_lanes: Vec::new(),
             timers: TimerTable::default(),
             held_budget: HeldBudget::default(),
-            sampled_at: Instant::ZERO,
+            busy: Vec::new(),
+            busy_sampled_at: Instant::ZERO,
             sample_due: false,
             released: Vec::new(),
             background: config.background,
@@ -347,6 +354,7 @@ impl DataPath {
     /// one IP packet and, at the exit, come from an address of the lane's own site.
     /// Its packet then goes to the TUN device.
     pub fn handle_lane_datagram(&mut self, lane: LaneId, datagram: Bytes, now: Instant) {
+        self.touch_lane(lane);
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return self.count_drop(DropReason::NoLane);
         };
@@ -385,6 +393,7 @@ impl DataPath {
             }
         }
         self.flows_touched(now);
+        self.site_carried(site_idx, now);
         // Only measured: the other end paced this direction.
         let incoming = self.pacing.direction().reverse();
         let app = self.pacing.classify(site_idx, &info, incoming, now);
@@ -475,9 +484,16 @@ impl DataPath {
                 ..LaneView::new(id, up.colour)
             },
         );
+        self.touch_lane(id);
         self.sample_due = true;
         self.timers
             .earliest(Timer::StallCheck, Some(now.saturating_add(self.lane_stall)));
+        self.timers.earliest(
+            Timer::IdleSample,
+            Some(now.saturating_add(IDLE_SAMPLE_INTERVAL)),
+        );
+        self.timers
+            .earliest(Timer::KeepAlive, Some(now.saturating_add(KEEP_ALIVE)));
         Some(id)
     }
 
@@ -490,12 +506,11 @@ impl DataPath {
         if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize).map(Option::take) {
             self.sites[l.site.0 as usize].lanes.retain(|v| v.id != lane);
         }
-    }
-
-    /// True when the shell should sample every lane with
-    /// [`DataPath::handle_lane_sample`] before handing in more.
-    pub fn wants_lane_samples(&self, now: Instant) -> bool {
-        self.sample_due || now.saturating_since(self.sampled_at) >= SAMPLE_INTERVAL
+        // Its id may come back with another lane, which is listed anew.
+        self.busy.retain(|&id| id != lane);
+        if self.lanes.iter().all(Option::is_none) {
+            self.timers.set(Timer::IdleSample, None);
+        }
     }
 
     /// Takes how many bytes a lane's sender has taken off its queue so far: cheaper
@@ -519,14 +534,13 @@ impl DataPath {
 
     /// Takes a lane's sample: liveness, fill, SRTT, cwnd and counters.
     pub fn handle_lane_sample(&mut self, lane: LaneId, sample: LaneSample, now: Instant) {
-        self.sampled_at = now;
-        self.sample_due = false;
         if self.timers.is_due(Timer::WarmSample, now) {
             self.timers.set(Timer::WarmSample, None);
         }
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
         };
+        (l.sampled_at, l.touched) = (now, false);
         let heard = sample.rx_datagrams != l.rx_datagrams;
         if heard {
             l.rx_datagrams = sample.rx_datagrams;
@@ -568,7 +582,8 @@ impl DataPath {
             self.timers.earliest(Timer::StallCheck, Some(due));
         }
         l.review_wait(sample.srtt, now);
-        let silent_from = l.silent_from(self.lane_stall);
+        let idle_bound = self.sites[l.site.0 as usize].idle_bound(l.heard_at, self.lane_stall, now);
+        let silent_from = l.silent_from(idle_bound);
         let alive = now < silent_from;
         // Its own queue, not its uplink shaper's: the other colour's packets there
         // would keep it from ever returning while they flow.
@@ -790,6 +805,9 @@ impl DataPath {
         if self.timers.is_due(Timer::StallCheck, now) {
             self.check_stalls(now);
         }
+        if self.timers.is_due(Timer::KeepAlive, now) {
+            self.send_keep_alives(now);
+        }
         if self.timers.is_due(Timer::BackgroundSample, now) {
             self.sample_background(now);
         }
@@ -837,7 +855,9 @@ impl DataPath {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let transmit = self.transmits.pop_front()?;
+        self.touch_lane(transmit.lane);
+        Some(transmit)
     }
 
     /// The next packet to write to the TUN device.
@@ -863,16 +883,9 @@ impl DataPath {
 
     /// When [`DataPath::handle_timeout`] should run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        // Two deadlines are kept elsewhere: the pacer's, and the idle sample's (from
-        // the last sample, while there are lanes).
+        // The pacer keeps its deadline itself.
         let mut timers = self.timers;
         timers.set(Timer::PacingRelease, self.pacing.next_release());
-        let idle_sample = self
-            .lanes
-            .iter()
-            .any(Option::is_some)
-            .then(|| self.sampled_at.saturating_add(IDLE_SAMPLE_INTERVAL));
-        timers.set(Timer::IdleSample, idle_sample);
         timers.next()
     }
 

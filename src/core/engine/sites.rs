@@ -47,6 +47,10 @@ pub(super) struct Site {
     pub background_queue: QueueSamples,
     /// Which of its uplinks' tiers carry (`standby.rs`).
     pub tiers: Tiers,
+    /// When a packet of its flows last crossed (none yet: quiet), and when it last
+    /// became active after being quiet (`quiet.rs`).
+    pub carried_at: Option<Instant>,
+    pub active_since: Instant,
 }
 
 impl Site {
@@ -69,6 +73,8 @@ impl Site {
             duplicate_budget: DuplicateBudget::default(),
             background_queue: QueueSamples::default(),
             tiers: Tiers::default(),
+            carried_at: None,
+            active_since: Instant::ZERO,
         }
     }
 }

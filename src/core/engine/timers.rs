@@ -25,13 +25,15 @@ pub(super) enum Timer {
     DeadlineReview,
     /// The pacer's next release. The pacer keeps it; filled in when polled.
     PacingRelease,
-    /// Lanes are sampled at least every `IDLE_SAMPLE_INTERVAL`, from when they were
-    /// last sampled, while there are lanes; filled in when polled.
+    /// While there are lanes: the next round that samples the idle ones whose
+    /// interval passed (`quiet.rs`).
     IdleSample,
+    /// While a site is active: the next look for lanes due a keep-alive (`quiet.rs`).
+    KeepAlive,
 }
 
 impl Timer {
-    const COUNT: usize = Timer::IdleSample as usize + 1;
+    const COUNT: usize = Timer::KeepAlive as usize + 1;
 }
 
 /// One optional instant per [`Timer`].

@@ -34,12 +34,18 @@ impl DataPath {
     /// the site's first flows overran the short ones' queues, and CUBIC then spent
     /// seconds regrowing from that first loss (docs/design/afmt-and-striping.md).
     /// Blue only: green lanes carry sparse low-delay packets and are never striped,
-    /// and their padding would only crowd the same uplinks.
+    /// and their padding would only crowd the same uplinks. Not while the site is
+    /// quiet (`quiet.rs`): an exit's idle sites would pad thousands of lanes for
+    /// traffic that does not come; the site's first packet makes it active, and its
+    /// lanes warm up from their next sample.
     pub(super) fn warm_up(&mut self, lane: LaneId, now: Instant) {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
         };
-        if !self.warm_up_lanes || !l.in_first_slow_start() {
+        if !self.warm_up_lanes
+            || !l.in_first_slow_start()
+            || self.sites[l.site.0 as usize].quiet(now)
+        {
             return;
         }
         // A lane of a better tier than the one carrying is about to take the traffic

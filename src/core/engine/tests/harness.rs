@@ -24,7 +24,7 @@ use crate::core::sched::Algorithm;
 use crate::core::sched::sim::Rng;
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, write_datagram_header};
+use crate::core::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, is_probe, write_datagram_header};
 
 // ---- one engine ---------------------------------------------------------------
 
@@ -132,6 +132,14 @@ pub(super) fn coloured_lane_up(
 pub(super) fn up(e: &mut DataPath, site: &str, max_datagram: usize) -> LaneId {
     let uplink = format!("up{}", e.lanes.len());
     lane_up(e, site, &uplink, max_datagram, Instant::ZERO)
+}
+
+/// True if the engine wants any lane sampled at `now`: tests that sample every lane
+/// then.
+pub(super) fn wants_samples(e: &mut DataPath, now: Instant) -> bool {
+    let mut due = Vec::new();
+    e.lanes_to_sample(now, &mut due);
+    !due.is_empty()
 }
 
 /// Hands `packet` in as read from the TUN device.
@@ -356,7 +364,8 @@ pub struct Outcome {
     pub reordered: u64,
     /// Bytes each paced application sent, over the run.
     pub paced_bytes: Vec<u64>,
-    /// The last instant each lane was handed a datagram.
+    /// The last instant each lane was handed a datagram other than a probe or a
+    /// keep-alive.
     pub last_sent: Vec<Instant>,
     pub dropped: u64,
     /// Datagrams lost on the lanes (a silent lane's path is dead both ways).
@@ -489,18 +498,17 @@ impl Pair {
 
     /// Samples the lanes of each engine that wants it.
     pub fn sample(&mut self, now: Instant) {
-        if self.entry.wants_lane_samples(now) {
-            for l in &mut self.lanes {
-                let sample = l.entry_sample(now, &mut self.rng);
-                self.entry.handle_lane_sample(l.entry_id, sample, now);
-            }
+        let mut due = Vec::new();
+        self.entry.lanes_to_sample(now, &mut due);
+        for l in self.lanes.iter_mut().filter(|l| due.contains(&l.entry_id)) {
+            let sample = l.entry_sample(now, &mut self.rng);
+            self.entry.handle_lane_sample(l.entry_id, sample, now);
         }
         // The exit sends only loss reports back, but it measures the same round trips.
-        if self.exit.wants_lane_samples(now) {
-            for l in &mut self.lanes {
-                let sample = l.sample(now);
-                self.exit.handle_lane_sample(l.exit_id, sample, now);
-            }
+        self.exit.lanes_to_sample(now, &mut due);
+        for l in self.lanes.iter_mut().filter(|l| due.contains(&l.exit_id)) {
+            let sample = l.sample(now);
+            self.exit.handle_lane_sample(l.exit_id, sample, now);
         }
     }
 
@@ -554,7 +562,9 @@ impl Pair {
                 l.free_at.max(now) + Duration::from_nanos(len * 8 * 1_000_000_000 / l.rate_bps);
             l.free_at = departs;
             l.queued.push_back((departs, len));
-            self.last_sent[lane] = now;
+            if !is_probe(&t.datagram) {
+                self.last_sent[lane] = now;
+            }
             let dead = l.silent_from.is_some_and(|s| departs >= s);
             if !dead && self.rng.next(1000) >= l.loss {
                 self.order += 1;

@@ -4,6 +4,7 @@ mod duplicate;
 mod harness;
 mod liveness;
 mod queues;
+mod quiet;
 mod repair;
 mod routing;
 mod shaping;

@@ -51,7 +51,7 @@ fn shaped_uplink(scheduler: AbeScheduler) -> (Vec<Duration>, u64) {
     let mut rx = 1;
     for step in 0..10_000u64 {
         let now = Instant::from_nanos(step * 100_000);
-        if e.wants_lane_samples(now) {
+        if wants_samples(&mut e, now) {
             rx += 1;
             for lane in lanes {
                 let sample = drained(&e, lane, rx);
@@ -127,7 +127,7 @@ fn first_standing_queue_drop(srtt: Duration) -> u64 {
         .expect("write to vec");
     let mut rx = 1;
     for t in 0..1000 {
-        if e.wants_lane_samples(at(t)) {
+        if wants_samples(&mut e, at(t)) {
             rx += 1;
             let sample = LaneSample {
                 srtt,

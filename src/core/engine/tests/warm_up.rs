@@ -69,7 +69,7 @@ fn a_lane_in_its_first_slow_start_is_padded_while_a_lane_with_a_larger_window_qu
 #[test]
 fn a_blue_lane_of_unknown_rate_warms_up_with_padding_until_its_window_is_cut() {
     let mut e = DataPath::new(
-        builder(Role::Exit, Algorithm::Afmt)
+        builder(Role::Entry, Algorithm::Afmt)
             .warm_up_lanes(true)
             .build(),
     );
