@@ -17,7 +17,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use dashmap::DashMap;
@@ -275,8 +275,22 @@ impl AsyncUdpSocket for DscpSocket {
     }
 
     fn max_receive_segments(&self) -> usize {
-        self.state.gro_segments()
+        self.state
+            .gro_segments()
+            .min(RECEIVE_SEGMENTS_CAP.load(Ordering::Relaxed))
     }
+}
+
+/// The most segments one receive takes (GRO), for every lane socket made from now
+/// on. quinn gives each endpoint a receive buffer of 32 receives of that many
+/// 1,472-byte segments: 3 MB with the kernel's 64, which an entry's few lanes
+/// afford, but not `braid loadgen`'s thousands of lanes in one process.
+static RECEIVE_SEGMENTS_CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Caps the receive segments of lane sockets made from now on (see
+/// [`RECEIVE_SEGMENTS_CAP`]).
+pub fn cap_receive_segments(segments: usize) {
+    RECEIVE_SEGMENTS_CAP.store(segments.max(1), Ordering::Relaxed);
 }
 
 /// Wakes quinn when the socket can take more.

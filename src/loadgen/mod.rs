@@ -84,6 +84,8 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             crate::cert::issue(&options.ca, &id)?;
         }
     }
+    // Thousands of lanes in one process: without GRO each receive buffer is 47 KB.
+    crate::lane::dscp::cap_receive_segments(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,8 +6,8 @@
 //! - Inputs: a packet read from the TUN device ([`DataPath::handle_tun_packet`]), a
 //!   datagram received on a lane ([`DataPath::handle_lane_datagram`]), a lane that came
 //!   up or closed ([`DataPath::handle_lane_up`], [`DataPath::handle_lane_closed`]), a
-//!   sample of a lane's QUIC state ([`DataPath::handle_lane_sample`], whenever
-//!   [`DataPath::wants_lane_samples`] says so), a controller's pacing table
+//!   sample of a lane's QUIC state ([`DataPath::handle_lane_sample`], for each
+//!   lane [`DataPath::lanes_to_sample`] lists), a controller's pacing table
 //!   ([`DataPath::handle_pacing_table`]), and the passing of time
 //!   ([`DataPath::handle_timeout`]).
 //! - Outputs, polled: datagrams to send on a lane ([`DataPath::poll_transmit`]),
