@@ -339,7 +339,6 @@ impl DataPath {
             if silent_from <= now && l.sampled_at < silent_from {
                 // The answer may have come since the last sample: decided on the
                 // next one, taken at once.
-                l.touched = true;
                 resample.push(id);
                 self.timers.set(Timer::StallCheck, Some(now));
             } else if silent_from <= now {
@@ -358,9 +357,9 @@ impl DataPath {
                 self.timers.earliest(Timer::StallCheck, next);
             }
         }
+        self.sample_due |= !resample.is_empty();
         for id in resample {
             self.touch_lane(id);
-            self.sample_due = true;
         }
         for (id, srtt) in stalled {
             self.give_up(id, srtt, now);
