@@ -78,6 +78,10 @@ mod record {
 
     type Error = de::value::Error;
 
+    /// Keys written as one table or a list of tables (`[exit]` or `[[exit]]`): walked
+    /// as a list of one, its keys named as the table's (`exit.address`).
+    const TABLE_OR_LIST: &[&str] = &["exit"];
+
     pub struct Recorder<'a> {
         pub path: String,
         pub keys: &'a RefCell<BTreeSet<String>>,
@@ -106,6 +110,9 @@ mod record {
         type Error = Error;
 
         fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            if TABLE_OR_LIST.contains(&self.path.as_str()) {
+                return visitor.visit_seq(Once(Some(self.at(""))));
+            }
             self.leaf();
             visitor.visit_str("")
         }

@@ -45,11 +45,18 @@
 #   EXIT_ADMIN_LISTEN=0.0.0.0:9190  admin.listen of the exit (default 127.0.0.1:9190);
 #                      on every address, the entry's namespace reaches it at the
 #                      exit's service address (a controller there reads both)
+#   EXITS=2            a second exit, ex2, at 198.19.201.1 fd00:19:201::1 behind every
+#                      router, serving the same sites and reaching the server too;
+#                      site1 lists both ([[exit]], hold_ms EXIT_HOLD_MS, default 30000).
+#                      The server's return route stays on the first exit; moving it
+#                      is the routing's job (docs/scale-out.md). Rates only: delay and
+#                      loss are emulated on the way to the first exit alone
 #
 # Addresses come from the benchmarking range 198.18.0.0/15 and ULA fd00::/8 only:
 #   site1 LAN 198.18.1.0/24 fd00:1::/64, site2 LAN 198.18.2.0/24 fd00:2::/64,
 #   server LAN 198.18.100.0/24 fd00:100::/64, uplink i 198.19.i.0/24 fd00:19:i::/64,
-#   router i to exit 198.19.(100+i).0/24, exit service address 198.19.200.1 fd00:19:200::1.
+#   router i to exit 198.19.(100+i).0/24, exit service address 198.19.200.1 fd00:19:200::1,
+#   router i to ex2 198.19.(110+i).0/24, server to ex2 198.18.101.0/24.
 set -euo pipefail
 
 cmd=${1:-}
@@ -68,6 +75,11 @@ read -r -a delays <<<"${DELAYS:-}"
 read -r -a losses <<<"${LOSS:-}"
 read -r -a jitters <<<"${JITTER:-}"
 sites=${SITES:-1}
+exits=${EXITS:-1}
+if [ "$exits" = 2 ] && [ -n "${DELAYS:-}${LOSS:-}${JITTER:-}" ]; then
+    echo "error: EXITS=2 emulates rates only; leave DELAYS, LOSS and JITTER unset" >&2
+    exit 2
+fi
 
 ns() { echo "$name-$1"; }
 inns() { local n; n=$(ns "$1"); shift; ip netns exec "$n" "$@"; }
@@ -110,6 +122,18 @@ router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS [
     inns "$en" ip -6 route add fd00:19:200::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
     # The router's far side, for traffic outside the tunnel (benchmarks' background flows).
     inns "$en" ip route add "198.19.$((100 + sub)).0/24" via "198.19.$sub.1" dev "up$i"
+    if [ "$exits" = 2 ]; then
+        veth "$r" c ex2 "u$sub"
+        addr "$r" c "198.19.$((110 + sub)).1/24"; addr "$r" c "fd00:19:$((110 + sub))::1/64" nodad
+        addr ex2 "u$sub" "198.19.$((110 + sub)).2/24"; addr ex2 "u$sub" "fd00:19:$((110 + sub))::2/64" nodad
+        inns "$r" ip route add 198.19.201.1/32 via "198.19.$((110 + sub)).2"
+        inns "$r" ip -6 route add fd00:19:201::1/128 via "fd00:19:$((110 + sub))::2"
+        inns ex2 ip route add "198.19.$sub.0/24" via "198.19.$((110 + sub)).1"
+        inns ex2 ip -6 route add "fd00:19:$sub::/64" via "fd00:19:$((110 + sub))::1"
+        inns "$en" ip route add 198.19.201.1/32 via "198.19.$sub.1" dev "up$i" metric "$i"
+        inns "$en" ip -6 route add fd00:19:201::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
+        uplink "$r" shape c "$rate"
+    fi
     uplink "$r" shape b "$rate"
     uplink "$r" shape a "$rate"
     LINKEMU=${LINKEMU:-$(dirname "${BRAID:-$0}")/braid-linkemu} \
@@ -136,6 +160,16 @@ up() {
     addr sv srv 198.18.100.2/24; addr sv srv fd00:100::2/64 nodad
     inns sv ip route add default via 198.18.100.1
     inns sv ip -6 route add default via fd00:100::1
+    if [ "$exits" = 2 ]; then
+        # The second exit reaches the server at its usual address over its own link.
+        new_ns ex2
+        addr ex2 lo 198.19.201.1/32; addr ex2 lo fd00:19:201::1/128 nodad
+        veth ex2 srv sv srv2
+        addr ex2 srv 198.18.101.1/24; addr ex2 srv fd00:101::1/64 nodad
+        addr sv srv2 198.18.101.2/24; addr sv srv2 fd00:101::2/64 nodad
+        inns ex2 ip route add 198.18.100.2/32 dev srv
+        inns ex2 ip -6 route add fd00:100::2/128 dev srv
+    fi
     site cl en 1
     for ((i = 1; i <= uplinks; i++)); do
         router en "$i" "r$i" "$i" "${rates[i - 1]:-0}" "${delays[i - 1]:-0}" "${losses[i - 1]:-0}" \
@@ -167,8 +201,16 @@ write_entry_config() { # write_entry_config ENTRY_NS SITE_ID UPLINK_COUNT FILE
         echo "ca = \"ca.pem\""
         echo "cert = \"$2.pem\""
         echo "key = \"$2.key\""
-        echo "[exit]"
-        echo "address = \"${EXIT_ADDRESS:-198.19.200.1:4433}\""
+        if [ "$exits" = 2 ] && [ "$2" = site1 ]; then
+            echo "[[exit]]"
+            echo "address = \"198.19.200.1:4433\""
+            echo "hold_ms = ${EXIT_HOLD_MS:-30000}"
+            echo "[[exit]]"
+            echo "address = \"198.19.201.1:4433\""
+        else
+            echo "[exit]"
+            echo "address = \"${EXIT_ADDRESS:-198.19.200.1:4433}\""
+        fi
         echo "[scheduler]"
         echo "algorithm = \"${SCHEDULER:-afmt}\""
         echo "[admin]"
@@ -229,7 +271,7 @@ abe_section() {
     echo "scheduler = \"${ABE_SCHEDULER:-dsd}\""
 }
 
-write_exit_config() {
+write_exit_config() { # write_exit_config FILE EXIT_NAME
     cat >"$1" <<CONF
 role = "exit"
 $([ -z "${SITE_TO_SITE:-}" ] || { [ "$SITE_TO_SITE" = 1 ] && echo "site_to_site = true" || echo "site_to_site = false"; })
@@ -250,7 +292,7 @@ algorithm = "${SCHEDULER:-afmt}"
 listen = "${EXIT_ADMIN_LISTEN:-127.0.0.1:9190}"
 token_file = "admin.token"
 [pacing]
-state_file = "pacing-exit.json"
+state_file = "pacing-$2.json"
 $(background_keys)
 [[sites]]
 id = "site1"
@@ -281,11 +323,16 @@ start() {
     fi
     # The bearer token of the gateways' admin API (pacing tables).
     [ -f "$state/admin.token" ] || od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$state/admin.token"
-    write_exit_config "$state/exit.toml"
+    write_exit_config "$state/exit.toml" exit
     write_entry_config en site1 "$uplinks" "$state/site1.toml"
     # Not through inns: $! must be the gateway itself (ip netns exec execs it).
     ip netns exec "$(ns ex)" "$braid" run --config "$state/exit.toml" >>"$state/exit.log" 2>&1 &
     echo $! >"$state/exit.pid"
+    if [ "$exits" = 2 ]; then
+        write_exit_config "$state/exit2.toml" exit2
+        ip netns exec "$(ns ex2)" "$braid" run --config "$state/exit2.toml" >>"$state/exit2.log" 2>&1 &
+        echo $! >"$state/exit2.pid"
+    fi
     ip netns exec "$(ns en)" "$braid" run --config "$state/site1.toml" >>"$state/site1.log" 2>&1 &
     echo $! >"$state/site1.pid"
     if ip netns list | grep -qw "$(ns e2)"; then

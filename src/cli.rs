@@ -231,9 +231,15 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     let c = Config::load(path)?;
     match &c.role {
         RoleConfig::Entry(e) => {
+            let exits: Vec<String> = e
+                .exits
+                .iter()
+                .map(|x| format!("{} ({:?})", x.address, x.name))
+                .collect();
             println!(
-                "role: entry, site {:?}, exit {} ({:?})",
-                e.site, e.exit_address, e.exit_name
+                "role: entry, site {:?}, exit {}",
+                e.site,
+                exits.join(", then ")
             );
             for u in &e.uplinks {
                 let variation = u
@@ -250,7 +256,9 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
                     "uplink {:?}: interface {}, peer {}, rate up {} / down {}{variation}{tier}",
                     u.name,
                     u.interface,
-                    u.peer.as_deref().unwrap_or(&e.exit_address),
+                    u.peer
+                        .as_deref()
+                        .unwrap_or_else(|| e.exits.first().map_or("", |x| x.address.as_str())),
                     rate(u.rate_up_kbps),
                     rate(u.rate_down_kbps),
                 );

@@ -448,6 +448,15 @@ impl Driver {
         let Some(report) = self.engine.lane(lane) else {
             return;
         };
+        // An entry's choice of exit counts the lanes in service.
+        let io = self.lanes.get(lane.0 as usize).and_then(Option::as_ref);
+        if let Some(standing) = io.and_then(|io| io.standing.as_ref()) {
+            match service {
+                LaneService::Stalled { .. } => standing.set(false),
+                LaneService::Back { .. } => standing.set(true),
+                _ => {}
+            }
+        }
         let site = self.engine.site_id(report.site);
         let (uplink, colour) = (report.uplink, report.view.colour.as_str());
         match service {
@@ -578,6 +587,7 @@ impl Driver {
             rank,
             policy,
             rate_kbps,
+            standing,
         } = lane;
         let up = LaneUp {
             site: &site,
@@ -592,7 +602,8 @@ impl Driver {
             conn.close(1u32.into(), b"unknown site");
             return;
         };
-        let io = LaneIo::start(id, conn, path, &mut self.lane_tasks, self.input_tx.clone());
+        let mut io = LaneIo::start(id, conn, path, &mut self.lane_tasks, self.input_tx.clone());
+        io.standing = standing;
         info!(
             lane = %id,
             site,

@@ -66,9 +66,7 @@ impl ReloadPlan {
         match (&running.role, &new.role) {
             (RoleConfig::Entry(a), RoleConfig::Entry(b)) => {
                 mark(&mut plan.fixed, a.site != b.site, "site");
-                let lanes_changed = a.uplinks != b.uplinks
-                    || a.exit_address != b.exit_address
-                    || a.exit_name != b.exit_name;
+                let lanes_changed = a.uplinks != b.uplinks || a.exits != b.exits;
                 if lanes_changed && a.site == b.site {
                     plan.entry = Some(b.clone());
                 }

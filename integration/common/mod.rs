@@ -207,6 +207,19 @@ impl Testbed {
         self.admin_request(role, "GET", path, None, b"")
     }
 
+    /// Lanes a gateway reports up (its /healthz), of every site and colour; 0 while
+    /// it does not answer (not started yet, or stopped).
+    pub fn lanes_up(&self, role: &str) -> u64 {
+        let answer = self.inner.admin_request(role, "GET", "/healthz", None, b"");
+        answer
+            .ok()
+            .and_then(|(_, body)| {
+                let rest = body.strip_prefix("ok: ")?;
+                rest.split(' ').next()?.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// One request to a gateway's admin API, with a bearer token if given; returns
     /// the status and the body.
     pub fn admin_request(

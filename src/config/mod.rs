@@ -74,12 +74,28 @@ pub enum RoleConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntryConfig {
     pub site: String,
-    /// Default peer of every uplink, `host:port`.
-    pub exit_address: String,
-    /// The name the exit's certificate must carry.
-    pub exit_name: String,
+    /// The exits, in order of preference (`[[exit]]`; one `[exit]` is a list of one):
+    /// every lane goes to the first that answers (`core::exit_choice`).
+    pub exits: Vec<ExitPeer>,
     pub uplinks: Vec<UplinkConfig>,
 }
+
+/// One exit an entry may send its lanes to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExitPeer {
+    /// `host:port`: every uplink's peer, unless the uplink names its own (one exit only).
+    pub address: String,
+    /// The name the exit's certificate must carry.
+    pub name: String,
+    /// How long the exit must answer again, after a failure, before the lanes return
+    /// to it from an exit listed after it.
+    pub hold: Duration,
+}
+
+/// How long a returning exit must answer before the lanes move back to it, unless its
+/// `hold_ms` says otherwise: long enough that an exit restarting in a loop, or a
+/// path that flaps, does not move every lane of the site back and forth.
+pub const DEFAULT_EXIT_HOLD: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct UplinkConfig {
@@ -411,12 +427,7 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
             "only an exit gateway forwards between sites",
         );
     }
-    let Some(exit) = &raw.exit else {
-        return err("exit", "missing: an entry gateway needs [exit] address");
-    };
-    check_host_port("exit.address", &exit.address)?;
-    let exit_name = exit.name.clone().unwrap_or_else(|| "exit".to_string());
-    check_name("exit.name", &exit_name).or_else(|e| err("exit.name", e.to_string()))?;
+    let exits = validate_exits(&raw.exit.0)?;
     if raw.uplinks.is_empty() {
         return err("uplinks", "an entry gateway needs at least one [[uplinks]]");
     }
@@ -452,6 +463,13 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
         };
         if let Some(peer) = &u.peer {
             check_host_port(&at("peer"), peer)?;
+            if exits.len() > 1 {
+                return err(
+                    at("peer"),
+                    "an uplink's own exit address needs a single [exit]; with several, \
+                     route each exit's address over every uplink",
+                );
+            }
         }
         for (key, rate) in [
             ("rate_up_kbps", u.rate_up_kbps),
@@ -529,10 +547,45 @@ fn validate_entry(raw: &RawConfig) -> Result<EntryConfig, FieldError> {
     }
     Ok(EntryConfig {
         site: site.clone(),
-        exit_address: exit.address.clone(),
-        exit_name,
+        exits,
         uplinks,
     })
+}
+
+/// The `[exit]` table or `[[exit]]` list: each reachable at a `host:port`, certified
+/// under a name (default "exit"); two may not be the same place.
+fn validate_exits(raw: &[raw::RawExitPeer]) -> Result<Vec<ExitPeer>, FieldError> {
+    if raw.is_empty() {
+        return err("exit", "missing: an entry gateway needs [exit] address");
+    }
+    let mut exits: Vec<ExitPeer> = Vec::new();
+    for (i, e) in raw.iter().enumerate() {
+        // One table keeps the paths it always had.
+        let at = |key: &str| match raw.len() {
+            1 => format!("exit.{key}"),
+            _ => format!("exit[{i}].{key}"),
+        };
+        check_host_port(&at("address"), &e.address)?;
+        if let Some(k) = exits.iter().position(|o| o.address == e.address) {
+            return err(
+                at("address"),
+                format!("{:?} is exit[{k}]'s address too", e.address),
+            );
+        }
+        let name = e.name.clone().unwrap_or_else(|| "exit".to_string());
+        check_name("name", &name).or_else(|x| err(at("name"), x.to_string()))?;
+        let hold = match e.hold_ms {
+            None => DEFAULT_EXIT_HOLD,
+            Some(ms) if ms <= 86_400_000 => Duration::from_millis(ms),
+            Some(_) => return err(at("hold_ms"), "must be at most a day"),
+        };
+        exits.push(ExitPeer {
+            address: e.address.clone(),
+            name,
+            hold,
+        });
+    }
+    Ok(exits)
 }
 
 fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, FieldError> {
@@ -542,7 +595,7 @@ fn validate_exit(raw: &RawConfig) -> Result<ExitConfig, FieldError> {
             "only an entry gateway has a site id; an exit has [[sites]]",
         );
     }
-    if raw.exit.is_some() {
+    if !raw.exit.0.is_empty() {
         return err("exit", "only an entry gateway names its exit");
     }
     if !raw.uplinks.is_empty() {
@@ -670,8 +723,11 @@ fn validate_tun(raw: &RawConfig, role: &RoleConfig) -> Result<TunConfig, FieldEr
 fn default_tun_mtu(role: &RoleConfig) -> u32 {
     let v4_only = match role {
         RoleConfig::Entry(e) => e.uplinks.iter().all(|u| {
-            let peer = u.peer.as_deref().unwrap_or(&e.exit_address);
-            let peer_v4 = peer.parse::<SocketAddr>().is_ok_and(|a| a.is_ipv4());
+            let v4 = |peer: &str| peer.parse::<SocketAddr>().is_ok_and(|a| a.is_ipv4());
+            let peer_v4 = match &u.peer {
+                Some(peer) => v4(peer),
+                None => e.exits.iter().all(|x| v4(&x.address)),
+            };
             peer_v4 && u.source.is_none_or(|s| s.is_ipv4())
         }),
         RoleConfig::Exit(x) => x.listen.is_ipv4(),

@@ -11,7 +11,9 @@ pub struct RawConfig {
     pub site_to_site: Option<bool>,
     pub tun: RawTun,
     pub tls: RawTls,
-    pub exit: Option<RawExitPeer>,
+    /// `[exit]`, or `[[exit]]` for several in order of preference.
+    #[serde(default)]
+    pub exit: RawExits,
     #[serde(default)]
     pub uplinks: Vec<RawUplink>,
     pub listen: Option<RawListen>,
@@ -65,6 +67,33 @@ pub struct RawTls {
 pub struct RawExitPeer {
     pub address: String,
     pub name: Option<String>,
+    pub hold_ms: Option<u64>,
+}
+
+/// The entry's exits: one `[exit]` table or a `[[exit]]` list. Not an untagged enum,
+/// whose one error for both shapes would hide which key of a table is wrong.
+#[derive(Debug, Default)]
+pub struct RawExits(pub Vec<RawExitPeer>);
+
+impl<'de> Deserialize<'de> for RawExits {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RawExits, D::Error> {
+        struct Exits;
+        impl<'de> serde::de::Visitor<'de> for Exits {
+            type Value = RawExits;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an [exit] table or a list of [[exit]] tables")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawExits, A::Error> {
+                let one =
+                    RawExitPeer::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawExits(vec![one]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<RawExits, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(RawExits)
+            }
+        }
+        d.deserialize_any(Exits)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -16,6 +16,7 @@ pub mod deadline;
 pub mod dsd;
 pub mod duplicate_budget;
 pub mod engine;
+pub mod exit_choice;
 pub mod field_error;
 pub mod flow;
 pub mod handshake_limit;

@@ -252,6 +252,11 @@ pub struct Hello {
     pub max_loss_bp: Option<u32>,
     #[serde(default, skip_serializing_if = "is_green")]
     pub cut_off: CutOff,
+    /// Not a lane but a watch connection: the entry's lanes are on another exit, and
+    /// it only learns whether this one answers (`core::exit_choice`). Left out when
+    /// false; an exit of a build before it refuses it, and is then never returned to.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watch: bool,
 }
 
 fn is_green(cut_off: &CutOff) -> bool {
@@ -398,8 +403,14 @@ mod tests {
             max_rtt_ms: None,
             max_loss_bp: None,
             cut_off: CutOff::Green,
+            watch: false,
         };
         assert_eq!(Hello::decode(&h.encode()).expect("valid"), h);
+        let watch = Hello {
+            watch: true,
+            ..h.clone()
+        };
+        assert_eq!(Hello::decode(&watch.encode()).expect("valid"), watch);
         let limited = Hello {
             max_rtt_ms: Some(100),
             max_loss_bp: Some(250),
@@ -419,7 +430,7 @@ mod tests {
         // The first tier without overflow stays out of the hello too.
         let first = String::from_utf8_lossy(&h.encode()).to_string();
         assert!(
-            ["priority", "overflow", "max_", "cut_off"]
+            ["priority", "overflow", "max_", "cut_off", "watch"]
                 .iter()
                 .all(|k| !first.contains(k)),
             "{first}"

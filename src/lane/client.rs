@@ -15,11 +15,12 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::cc::KnownUplink;
 use super::dscp::{ColourDscp, Marking};
+use super::exits::{self, ExitFollow, LaneStanding};
 use super::links::{LinkView, LinkWatch};
 use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
-use crate::config::{EntryConfig, UplinkConfig};
+use crate::config::{EntryConfig, ExitPeer, UplinkConfig};
 use crate::core::engine::QUIET_KEEP_ALIVE;
 use crate::core::lane::Colour;
 use crate::core::redial::Redial;
@@ -36,8 +37,12 @@ pub struct Dialers {
     clock: Clock,
     shutdown: CancellationToken,
     tracker: TaskTracker,
-    /// The exit dialed now (address and certificate name).
-    exit: (String, String),
+    /// The exits, in order of preference, as last configured.
+    exits: Vec<ExitPeer>,
+    /// The choice among them every dialer follows, and the token that stops it.
+    choice: Option<(ExitFollow, CancellationToken)>,
+    /// One blue dialer per uplink, that the choice opens watch connections with.
+    watchers: watch::Sender<Vec<Dialer>>,
     /// The uplinks dialed now, each with the token that stops its dialer.
     running: Vec<(UplinkConfig, CancellationToken)>,
     /// The uplinks the data path wants hung up.
@@ -92,7 +97,9 @@ impl Dialers {
             clock,
             shutdown,
             tracker,
-            exit: Default::default(),
+            exits: Vec::new(),
+            choice: None,
+            watchers: watch::Sender::new(Vec::new()),
             running: Vec::new(),
             held: DialDemand::default(),
             configured: BTreeSet::new(),
@@ -102,13 +109,35 @@ impl Dialers {
 
     /// Dials exactly `entry`'s uplinks: the dialer of an uplink that is gone or
     /// changed stops (its lane closes), one starts for each new or changed uplink;
-    /// all start anew when the exit changed.
+    /// all start anew, at the first exit, when the exits or the uplinks changed.
     pub fn apply(&mut self, entry: &EntryConfig) {
-        let exit = (entry.exit_address.clone(), entry.exit_name.clone());
-        let exit_changed = self.exit != exit;
-        self.exit = exit;
+        let exits_changed = self.exits != entry.exits;
+        self.exits = entry.exits.clone();
+        // Watch connections go over the uplinks configured now.
+        let watchers = (0..entry.uplinks.len())
+            .map(|rank| {
+                let mut d = self.dialer(entry, rank, Colour::Blue);
+                d.watch = true;
+                d
+            })
+            .collect();
+        self.watchers.send_replace(watchers);
+        if exits_changed || self.choice.is_none() {
+            if let Some((_, stop)) = self.choice.take() {
+                stop.cancel();
+            }
+            let stop = self.shutdown.child_token();
+            let follow = exits::start(
+                &entry.exits,
+                self.watchers.subscribe(),
+                self.clock,
+                stop.clone(),
+                &self.tracker,
+            );
+            self.choice = Some((follow, stop));
+        }
         self.running.retain(|(uplink, stop)| {
-            let keep = !exit_changed && entry.uplinks.contains(uplink);
+            let keep = !exits_changed && entry.uplinks.contains(uplink);
             if !keep {
                 info!(uplink = %uplink.name, "uplink removed or changed, or a new exit: closing its lane");
                 stop.cancel();
@@ -128,16 +157,24 @@ impl Dialers {
             // A green and a blue lane per uplink (SPEC §1), stopped together.
             let stop = self.shutdown.child_token();
             for colour in Colour::ALL {
-                let dscp = self.dscp.of(colour);
-                let mut dialer =
-                    Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
-                dialer.held = Some(self.held.0.subscribe());
-                dialer.link = Some(self.links.subscribe(&uplink.interface));
+                let mut dialer = self.dialer(entry, rank, colour);
+                dialer.exit = self.choice.as_ref().map(|(follow, _)| follow.clone());
                 self.tracker
                     .spawn(dialer.run(self.events.clone(), self.clock, stop.clone()));
             }
             self.running.push((uplink.clone(), stop));
         }
+    }
+
+    /// The dialer of `entry.uplinks[rank]`'s lane of `colour`, following its
+    /// interface and what the data path wants dialled.
+    fn dialer(&self, entry: &EntryConfig, rank: usize, colour: Colour) -> Dialer {
+        let uplink = &entry.uplinks[rank];
+        let dscp = self.dscp.of(colour);
+        let mut dialer = Dialer::new(entry, rank as u32, colour, dscp, self.tls.subscribe());
+        dialer.held = Some(self.held.0.subscribe());
+        dialer.link = Some(self.links.subscribe(&uplink.interface));
+        dialer
     }
 
     /// What the driver sets as the data path wants uplinks dialled or hung up.
@@ -153,10 +190,15 @@ impl Dialers {
 }
 
 /// Everything one uplink's dialer needs.
+#[derive(Clone)]
 pub struct Dialer {
     pub site: String,
-    pub exit_name: String,
-    pub peer: String,
+    /// Where each exit is over this uplink, in order of preference.
+    pub exits: Vec<ExitTarget>,
+    /// Which of them to dial, followed as it changes (none: the first).
+    pub exit: Option<ExitFollow>,
+    /// Whether it opens a watch connection rather than a lane (`lane::exits`).
+    pub watch: bool,
     pub uplink: UplinkConfig,
     /// The uplink's position in the configuration.
     pub rank: u32,
@@ -184,11 +226,16 @@ impl Dialer {
         let uplink = &entry.uplinks[rank as usize];
         Dialer {
             site: entry.site.clone(),
-            exit_name: entry.exit_name.clone(),
-            peer: uplink
-                .peer
-                .clone()
-                .unwrap_or_else(|| entry.exit_address.clone()),
+            exits: entry
+                .exits
+                .iter()
+                .map(|e| ExitTarget {
+                    peer: uplink.peer.clone().unwrap_or_else(|| e.address.clone()),
+                    name: e.name.clone(),
+                })
+                .collect(),
+            exit: None,
+            watch: false,
             uplink: uplink.clone(),
             rank,
             colour,
@@ -267,19 +314,26 @@ impl Dialer {
                 }
                 let link = self.link_now();
                 let limit = redial.attempt_limit();
+                let exit = self.exit.as_ref().map_or(0, ExitFollow::chosen);
+                let mut follow = self.exit.clone();
                 let attempt = tokio::select! {
-                    r = tokio::time::timeout(limit, self.connect()) => r.unwrap_or_else(|_| {
+                    r = tokio::time::timeout(limit, self.connect(exit)) => r.unwrap_or_else(|_| {
                         Err(anyhow!("no lane within {limit:?} (handshake and hello)"))
                     }),
                     () = shutdown.cancelled() => return,
+                    // Every lane moves: this attempt is for an exit left behind.
+                    () = until_exit_moves(&mut follow, exit) => continue,
                 };
                 match attempt {
                     Ok((conn, _endpoint, path)) => {
                         info!(peer = %conn.remote_address(), "lane up");
                         redial.connected();
                         let up_since = clock.now();
+                        let standing = self.exit.as_ref().map(|f| f.lane_up(exit));
+                        let _down = StandingGuard(standing.clone());
                         let lane = NewLane {
                             conn: conn.clone(),
+                            standing,
                             site: self.site.clone(),
                             uplink: self.uplink.name.clone(),
                             colour: self.colour,
@@ -311,6 +365,12 @@ impl Dialer {
                                 settle(&shutdown).await;
                                 continue;
                             }
+                            () = until_exit_moves(&mut follow, exit) => {
+                                info!("every lane moves to another exit: hanging up");
+                                conn.close(0u32.into(), b"exit moved");
+                                redial.connected();
+                                continue;
+                            }
                         }
                         redial.lane_down(clock.now().saturating_since(up_since), conn.rtt());
                     }
@@ -333,6 +393,8 @@ impl Dialer {
                     () = shutdown.cancelled() => return,
                     // Back or readdressed: at once, not after the backoff.
                     () = until_link_changes(&mut self.link, link) => settle(&shutdown).await,
+                    // Another exit: at once too.
+                    () = until_exit_moves(&mut follow, exit) => {}
                 }
             }
         }
@@ -340,11 +402,17 @@ impl Dialer {
         .await
     }
 
-    /// One attempt: resolve, bind to the uplink, handshake, hello.
-    async fn connect(
+    /// One attempt to exit `exit` of the list: resolve, bind to the uplink,
+    /// handshake, hello.
+    pub async fn connect(
         &self,
+        exit: usize,
     ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint, Arc<KnownUplink>)> {
-        let peer = self.resolve().await?;
+        let target = self
+            .exits
+            .get(exit)
+            .with_context(|| format!("no exit {exit} in the configuration"))?;
+        let peer = self.resolve(&target.peer).await?;
         let hello = Hello {
             version: PROTOCOL_VERSION,
             site: self.site.clone(),
@@ -358,6 +426,7 @@ impl Dialer {
             max_rtt_ms: self.uplink.max_rtt_ms,
             max_loss_bp: self.uplink.max_loss_bp,
             cut_off: self.uplink.cut_off,
+            watch: self.watch,
         };
         let bind = SocketAddr::new(
             self.uplink.source.unwrap_or(if peer.is_ipv6() {
@@ -376,7 +445,7 @@ impl Dialer {
             Some(&self.uplink.interface),
             self.dscp,
             peer,
-            &self.exit_name,
+            &target.name,
             config,
             &hello,
         )
@@ -384,14 +453,43 @@ impl Dialer {
         Ok((conn, endpoint, known))
     }
 
-    async fn resolve(&self) -> anyhow::Result<SocketAddr> {
-        let mut addrs = tokio::net::lookup_host(&self.peer)
+    async fn resolve(&self, peer: &str) -> anyhow::Result<SocketAddr> {
+        let mut addrs = tokio::net::lookup_host(peer)
             .await
-            .with_context(|| format!("resolving {}", self.peer))?;
+            .with_context(|| format!("resolving {peer}"))?;
         let wanted_v6 = self.uplink.source.map(|s| s.is_ipv6());
         addrs
             .find(|a| wanted_v6.is_none_or(|v6| a.is_ipv6() == v6))
-            .with_context(|| format!("{} has no address of the uplink's family", self.peer))
+            .with_context(|| format!("{peer} has no address of the uplink's family"))
+    }
+}
+
+/// One exit as a dialer reaches it.
+#[derive(Clone)]
+pub struct ExitTarget {
+    /// `host:port` over the dialer's uplink.
+    pub peer: String,
+    /// The name its certificate must carry.
+    pub name: String,
+}
+
+/// Tells the exit choice that a lane is out of service once dropped, however the lane
+/// ends.
+struct StandingGuard(Option<Arc<LaneStanding>>);
+
+impl Drop for StandingGuard {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            s.set(false);
+        }
+    }
+}
+
+/// Returns once the exit choice moved from `exit` (never without a choice to follow).
+async fn until_exit_moves(follow: &mut Option<ExitFollow>, exit: usize) {
+    match follow {
+        Some(f) => f.until_moved_from(exit).await,
+        None => std::future::pending().await,
     }
 }
 

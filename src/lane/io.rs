@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cc::KnownUplink;
+use super::exits::LaneStanding;
 use crate::core::lane::{LaneId, LaneSample};
 use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
 
@@ -51,6 +52,8 @@ pub struct LaneIo {
     empty_send_space: usize,
     /// What the lane's congestion controller knows of the uplink.
     path: Arc<KnownUplink>,
+    /// Whether it counts for its exit (an entry's lanes; `super::exits`).
+    pub standing: Option<Arc<LaneStanding>>,
 }
 
 impl LaneIo {
@@ -73,6 +76,7 @@ impl LaneIo {
             queue,
             progress,
             path,
+            standing: None,
         }
     }
 

@@ -8,6 +8,7 @@
 pub mod cc;
 pub mod client;
 pub mod dscp;
+pub mod exits;
 pub mod io;
 pub mod links;
 pub mod server;
@@ -52,6 +53,9 @@ pub struct NewLane {
     pub rate_kbps: Option<u64>,
     /// What the lane's congestion controller knows of the uplink.
     pub path: Arc<cc::KnownUplink>,
+    /// An entry's lane: whether it counts for its exit (`exits`), which the driver
+    /// updates as the data path takes it out of service and back.
+    pub standing: Option<Arc<exits::LaneStanding>>,
 }
 
 /// What the lane tasks tell the driver.

@@ -143,7 +143,14 @@ pub async fn run(listener: Listener, events: mpsc::Sender<LaneEvent>, shutdown: 
         let markings = markings.clone();
         handshakes.spawn(async move {
             let event = match admit(connecting, &admission.sites, &uplink).await {
-                Ok(lane) => {
+                Ok(Admitted::Watch(conn)) => {
+                    // Held until the entry hangs up or its keep-alives stop; no
+                    // handshake slot, no lane.
+                    debug!(%peer, "watch connection up");
+                    markings.spawn(async move { conn.closed().await });
+                    return;
+                }
+                Ok(Admitted::Lane(lane)) => {
                     let conn = lane.conn.clone();
                     marking.mark(
                         conn.remote_address(),
@@ -179,6 +186,14 @@ async fn unmark_when_closed(marking: Arc<Marking>, conn: quinn::Connection) {
     marking.unmark(peer, id);
 }
 
+/// What a peer's hello admitted.
+enum Admitted {
+    Lane(NewLane),
+    /// An entry's watch connection (`core::exit_choice`): it only learns that this
+    /// exit answers.
+    Watch(quinn::Connection),
+}
+
 /// Handshake and hello of one peer; the hello says the rate of its uplink towards the
 /// site, if known, which the lane's congestion window then starts at, and how much the
 /// uplink's delay varies, if declared.
@@ -186,7 +201,7 @@ async fn admit(
     connecting: Result<quinn::Connecting, quinn::ConnectionError>,
     sites: &HashSet<String>,
     uplink: &Arc<KnownUplink>,
-) -> Result<NewLane, (DropReason, anyhow::Error)> {
+) -> Result<Admitted, (DropReason, anyhow::Error)> {
     let refused = |e: anyhow::Error| (DropReason::Unauthenticated, e);
     let connecting = connecting
         .context("accepting the connection")
@@ -219,9 +234,10 @@ async fn admit(
         verdict
     };
     match tokio::time::timeout(HELLO_TIMEOUT, result).await {
+        Ok(Ok(hello)) if hello.watch => Ok(Admitted::Watch(conn)),
         Ok(Ok(hello)) => {
             uplink.set(hello.down_kbps, hello.delay_variation_ms);
-            Ok(NewLane {
+            Ok(Admitted::Lane(NewLane {
                 conn,
                 site: hello.site,
                 uplink: hello.uplink,
@@ -238,7 +254,8 @@ async fn admit(
                 },
                 rate_kbps: hello.down_kbps,
                 path: uplink.clone(),
-            })
+                standing: None,
+            }))
         }
         Ok(Err(e)) => {
             // Let the refusal reach the peer before closing.
