@@ -4,8 +4,9 @@
 # host and the images on a local Debian base, brings the testbed up, checks that a
 # download through the client crosses every uplink at more than any uplink alone
 # carries, that the gateways run the braid just built, that Prometheus scrapes
-# both and that the controller allocates an application of their table, and tears
-# everything down. Grafana runs only where its image can be had
+# the gateways and that the controller allocates an application of their table,
+# that the site's lanes move to the second exit while the first is stopped and
+# return after the hold once it is started again, and tears everything down. Grafana runs only where its image can be had
 # (GRAFANA_IMAGE present locally or pullable); the dashboard's expressions are checked
 # against live metrics by the end-to-end tests either way. Run as root.
 set -euo pipefail
@@ -25,7 +26,7 @@ if ! "$docker" image inspect "${PROMETHEUS_IMAGE:=prom/prometheus:v2.53.2}" >/de
         -t "$PROMETHEUS_IMAGE" docker >/dev/null
 fi
 export PROMETHEUS_IMAGE
-services=(certs client entry router1 router2 router3 exit server controller prometheus)
+services=(certs client entry router1 router2 router3 exit exit2 server controller prometheus)
 if "$docker" image inspect "${GRAFANA_IMAGE:=grafana/grafana-oss:11.3.0}" >/dev/null 2>&1 ||
     "$docker" pull -q "$GRAFANA_IMAGE" >/dev/null 2>&1; then
     services+=(grafana)
@@ -61,7 +62,7 @@ build_log=$(compose build -q certs 2>&1) || {
 compose up -d --no-build "${services[@]}" >/dev/null 2>&1 || fail "compose up failed"
 # The gateways run the braid just built, not an image left from before.
 built=$(sha256sum target/release/braid | cut -d' ' -f1)
-for node in entry exit; do
+for node in entry exit exit2; do
     running=$(compose exec -T "$node" sha256sum /usr/bin/braid | cut -d' ' -f1) ||
         fail "cannot read the $node's braid"
     [ "$running" = "$built" ] || fail "the $node runs another braid ($running) than the one built ($built)"
@@ -116,6 +117,33 @@ for node in entry exit; do
 done
 pushes=$(prom 'sum(braid_controller_pushes_total)' | awk '{print $2}')
 echo "compose check: the controller paced the download at 5750 kbit/s at both gateways ($pushes tables put)"
+# The second exit: with the first stopped, every lane of the site moves to it and a
+# download crosses it; with the first started again, every lane returns after the
+# entry's hold (hold_ms 10000 in docker/config/entry.toml).
+lanes_at() { prom "sum(braid_uplink_up{instance=\"$1:9190\"})" | awk '{print $2} END {if (NR == 0) print 0}'; }
+compose stop exit >/dev/null 2>&1 || fail "stopping the first exit failed"
+for _ in $(seq 30); do
+    [ "$(lanes_at exit2)" = 3 ] && break
+    sleep 1
+done
+[ "$(lanes_at exit2)" = 3 ] || fail "the site's lanes did not move to the second exit"
+sleep 2 # the server's return route follows (docker/node.sh server)
+out=$(compose exec -T client iperf3 -c 198.18.100.2 --reverse --time 10 --json) || fail "iperf3 through the second exit failed"
+mbit2=$(python3 -c 'import json, sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6, 1))' <<<"$out")
+echo "compose check: the first exit stopped: every lane on the second, one download of 10 s: $mbit2 Mbit/s"
+python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$mbit2" "$floor" ||
+    fail "the download through the second exit got $mbit2 Mbit/s, under the floor of $floor"
+compose start exit >/dev/null 2>&1 || fail "starting the first exit again failed"
+started=$SECONDS
+for _ in $(seq 40); do
+    [ "$(lanes_at exit)" = 3 ] && [ "$(lanes_at exit2)" = 0 ] && break
+    sleep 1
+done
+back=$((SECONDS - started))
+[ "$(lanes_at exit)" = 3 ] && [ "$(lanes_at exit2)" = 0 ] ||
+    fail "the site's lanes did not return to the first exit"
+[ "$back" -ge 10 ] || fail "the lanes returned to the first exit after $back s, within the 10 s hold"
+echo "compose check: the first exit started again: every lane back on it after $back s (hold 10 s)"
 # Where Grafana runs, it serves the dashboard it provisioned (anonymous viewers may
 # read it; docker/compose.yaml).
 if [[ " ${services[*]} " == *" grafana "* ]]; then

@@ -8,15 +8,19 @@
 #   node.sh client           routes through the entry, then waits
 #   node.sh entry            uplinks up1..up$UPLINKS, then `braid run`
 #   node.sh router N         WAN router of uplink N: RATE_MBIT, DELAY_MS, LOSS_PCT
-#   node.sh exit             the service address 198.19.200.1, then `braid run`
-#   node.sh server           routes through the exit, then an iperf3 server
+#   node.sh exit [N]         exit N (1 or 2): its service address 198.19.(199+N).1,
+#                            then `braid run`
+#   node.sh server           routes through the first exit that answers (the job of
+#                            VRRP or a routing protocol in a real fleet), then an
+#                            iperf3 server
 #   node.sh controller       `braid controller` for both gateways
 #
 # Addresses (all in 198.18.0.0/15): site LAN 198.18.1.0/24 (entry .1, client .2),
-# uplink N 198.19.N.0/24 (router .1, entry .2), router N to exit 198.19.(100+N).0/24
-# (router .1, exit .2), server LAN 198.18.100.0/24 (exit .1, server .2).
+# uplink N 198.19.N.0/24 (router .1, entry .2), router N to the exits
+# 198.19.(100+N).0/24 (router .1, exit .2, exit2 .3), server LAN 198.18.100.0/24
+# (exit .1, server .2, exit2 .3).
 set -euo pipefail
-exit_service=198.19.200.1
+exit_services=(198.19.200.1 198.19.201.1)
 uplinks=${UPLINKS:-3}
 
 # rename ADDRESS NAME: the interface holding ADDRESS becomes NAME.
@@ -48,9 +52,11 @@ entry)
     rename 198.18.1.1 lan
     for ((i = 1; i <= uplinks; i++)); do
         rename "198.19.$i.2" "up$i"
-        # One route to the exit per uplink device, so that a lane socket bound to
+        # One route to each exit per uplink device, so that a lane socket bound to
         # its device (SO_BINDTODEVICE) finds its own.
-        ip route add "$exit_service/32" via "198.19.$i.1" dev "up$i" metric "$i"
+        for service in "${exit_services[@]}"; do
+            ip route add "$service/32" via "198.19.$i.1" dev "up$i" metric "$i"
+        done
     done
     exec braid run --config /etc/braid/entry.toml
     ;;
@@ -58,7 +64,8 @@ router)
     n=$2
     rename "198.19.$n.1" a
     rename "198.19.$((100 + n)).1" b
-    ip route add "$exit_service/32" via "198.19.$((100 + n)).2"
+    ip route add "${exit_services[0]}/32" via "198.19.$((100 + n)).2"
+    ip route add "${exit_services[1]}/32" via "198.19.$((100 + n)).3"
     # Both directions: the bottleneck is the WAN's, as with a real modem.
     for dev in a b; do bash /usr/lib/braid-testbed/uplink.sh shape "$dev" "${RATE_MBIT:-0}"; done
     LINKEMU=/usr/bin/braid-linkemu bash /usr/lib/braid-testbed/uplink.sh \
@@ -67,23 +74,31 @@ router)
     exec sleep infinity
     ;;
 exit)
-    ip addr add "$exit_service/32" dev lo
-    rename 198.18.100.1 srv
+    n=${2:-1}
+    host=$((n + 1)) # exit .2, exit2 .3 on the core networks
+    ip addr add "${exit_services[n - 1]}/32" dev lo
+    rename "198.18.100.$([ "$n" = 1 ] && echo 1 || echo 3)" srv
     for ((i = 1; i <= uplinks; i++)); do
-        rename "198.19.$((100 + i)).2" "core$i"
+        rename "198.19.$((100 + i)).$host" "core$i"
         ip route add "198.19.$i.0/24" via "198.19.$((100 + i)).1" dev "core$i"
     done
     exec braid run --config /etc/braid/exit.toml
     ;;
 server)
     ip route replace default via 198.18.100.1
-    exec iperf3 --server
+    iperf3 --server &
+    # Return traffic goes to the first exit while it answers, else to the second.
+    while sleep 1; do
+        via=198.18.100.1
+        ping -c1 -W1 -q "$via" >/dev/null 2>&1 || via=198.18.100.3
+        ip route replace default via "$via"
+    done
     ;;
 controller)
     exec braid controller --config /etc/braid/controller.toml
     ;;
 *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -41,6 +41,9 @@ enum Command {
         /// Refresh every second, like top, until Ctrl-C.
         #[arg(long)]
         watch: bool,
+        /// Only this site (an exit's of many).
+        #[arg(long)]
+        site: Option<String>,
     },
     /// Read or replace a site's application table (the controller's client).
     #[command(subcommand)]
@@ -162,9 +165,12 @@ pub fn main() -> ExitCode {
             config,
             check: true,
         } => crate::controller::check(&config),
-        Command::Status { admin, json, watch } => {
-            crate::control::admin_client::status(&admin, json, watch)
-        }
+        Command::Status {
+            admin,
+            json,
+            watch,
+            site,
+        } => crate::control::admin_client::status(&admin, json, watch, site.as_deref()),
         Command::Pacing(PacingCommand::Get { site, admin }) => {
             crate::control::admin_client::get(&admin, site)
         }

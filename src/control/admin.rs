@@ -210,7 +210,19 @@ async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> 
                 text(StatusCode::SERVICE_UNAVAILABLE, "no lane is up".into())
             }
         }
-        (&Method::GET, ["v1", "status"]) => json(StatusCode::OK, &fresh_status(admin).await),
+        (&Method::GET, ["v1", "status"]) => match page_query(req.uri().query()) {
+            Ok((after, limit)) => json(
+                StatusCode::OK,
+                &fresh_status(admin).await.page(after.as_deref(), limit),
+            ),
+            Err(problem) => text(StatusCode::BAD_REQUEST, problem),
+        },
+        (&Method::GET, ["v1", "sites", site, "status"]) => {
+            match fresh_status(admin).await.of_site(site) {
+                Some(status) => json(StatusCode::OK, &status),
+                None => no_site(site),
+            }
+        }
         (&Method::GET, ["v1", "sites"]) => json(
             StatusCode::OK,
             &serde_json::json!({ "sites": admin.pacing.sites() }),
@@ -227,9 +239,12 @@ async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> 
             Some(report) => json(StatusCode::OK, &report),
             None => no_site(site),
         },
-        (_, ["metrics" | "healthz"] | ["v1", "status" | "sites"] | ["v1", "sites", _, "apps"]) => {
-            text(StatusCode::METHOD_NOT_ALLOWED, "only GET".into())
-        }
+        (
+            _,
+            ["metrics" | "healthz"]
+            | ["v1", "status" | "sites"]
+            | ["v1", "sites", _, "apps" | "status"],
+        ) => text(StatusCode::METHOD_NOT_ALLOWED, "only GET".into()),
         (_, ["v1", "sites", _, "pacing"]) => {
             text(StatusCode::METHOD_NOT_ALLOWED, "only GET and PUT".into())
         }
@@ -296,6 +311,26 @@ async fn put_pacing(req: Request<Incoming>, site: &str, admin: &Admin) -> Respon
             format!("the table was not applied, the previous one stays: {e}"),
         ),
     }
+}
+
+/// The most sites one page of `GET /v1/status` may ask for.
+pub const MAX_STATUS_PAGE: usize = 1000;
+
+/// `GET /v1/status`'s query: `after=SITE` (the page after that site) and `limit=N`
+/// (at most N sites), both optional.
+fn page_query(query: Option<&str>) -> Result<(Option<String>, Option<usize>), String> {
+    let (mut after, mut limit) = (None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("after", site)) => after = Some(site.to_string()),
+            Some(("limit", n)) => match n.parse::<usize>() {
+                Ok(n) if (1..=MAX_STATUS_PAGE).contains(&n) => limit = Some(n),
+                _ => return Err(format!("limit {n:?} is not 1 to {MAX_STATUS_PAGE} sites")),
+            },
+            _ => return Err(format!("{pair:?} is not after=SITE or limit=N")),
+        }
+    }
+    Ok((after, limit))
 }
 
 /// Compares without leaking where the first difference is.
@@ -417,6 +452,19 @@ mod tests {
             7,
             "not the last second's 0"
         );
+    }
+
+    #[test]
+    fn a_status_page_is_asked_for_by_site_and_count() {
+        assert_eq!(page_query(None), Ok((None, None)));
+        assert_eq!(
+            page_query(Some("limit=100&after=branch-07")),
+            Ok((Some("branch-07".into()), Some(100)))
+        );
+        for bad in ["limit=0", "limit=1001", "limit=x", "page=2", "after"] {
+            let e = page_query(Some(bad)).expect_err(bad);
+            assert!(e.contains("limit") || e.contains("after"), "{e}");
+        }
     }
 
     #[tokio::test]

@@ -94,23 +94,29 @@ impl AdminClient {
     }
 }
 
-/// `braid status`: prints the gateway's status as a table (`json`: the API's
-/// document), once or (`watch`) every second in place until interrupted.
-pub fn status(admin: &str, json: bool, watch: bool) -> anyhow::Result<()> {
+/// `braid status`: prints the gateway's status (of `site` alone, if given) as a
+/// table (`json`: the API's document), once or (`watch`) every second in place
+/// until interrupted.
+pub fn status(admin: &str, json: bool, watch: bool, site: Option<&str>) -> anyhow::Result<()> {
+    if let Some(site) = site {
+        crate::core::wire::check_name("site", site)?;
+    }
+    let path = match site {
+        Some(site) => format!("/v1/sites/{site}/status"),
+        None => "/v1/status".to_string(),
+    };
     runtime()?.block_on(async {
         let client = AdminClient::new(admin, None)?;
         loop {
-            let (status, body) = client
-                .request(Method::GET, "/v1/status", Vec::new())
-                .await?;
+            let (status, body) = client.request(Method::GET, &path, Vec::new()).await?;
             if status != StatusCode::OK {
-                bail!("GET /v1/status: {status}: {body}");
+                bail!("GET {path}: {status}: {body}");
             }
             let text = if json {
                 body
             } else {
                 let document: crate::control::status::Status = serde_json::from_str(&body)
-                    .with_context(|| format!("GET /v1/status: unexpected answer {body}"))?;
+                    .with_context(|| format!("GET {path}: unexpected answer {body}"))?;
                 crate::control::status::table(&document)
             };
             if !watch {

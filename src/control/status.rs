@@ -23,6 +23,34 @@ pub struct Status {
     /// Packets dropped so far, by reason (every reason, zeros included).
     pub drops: BTreeMap<String, u64>,
     pub sites: Vec<SiteStatus>,
+    /// A page of sites (`GET /v1/status?limit=N`) that more follow: the last site
+    /// given, to ask for the next page with `after=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+impl Status {
+    /// The sites after `after` in order of their ids, at most `limit` of them, with
+    /// `next` set when more follow: an exit of a thousand sites is read a page at a
+    /// time.
+    pub fn page(mut self, after: Option<&str>, limit: Option<usize>) -> Status {
+        self.sites.sort_by(|a, b| a.site.cmp(&b.site));
+        if let Some(after) = after {
+            self.sites.retain(|s| s.site.as_str() > after);
+        }
+        if let Some(limit) = limit.filter(|&l| l < self.sites.len()) {
+            self.sites.truncate(limit);
+            self.next = self.sites.last().map(|s| s.site.clone());
+        }
+        self
+    }
+
+    /// Only `site`'s part (with the gateway's flows and drops); none if it is not
+    /// served here.
+    pub fn of_site(mut self, site: &str) -> Option<Status> {
+        self.sites.retain(|s| s.site == site);
+        (!self.sites.is_empty()).then_some(self)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -160,6 +188,7 @@ impl StatusBuilder {
                 .map(|r| (r.as_str().to_string(), engine.dropped(*r)))
                 .collect(),
             sites,
+            next: None,
         }
     }
 }
@@ -385,6 +414,42 @@ mod tests {
     use super::*;
     use crate::control::app_stats::AppReport;
 
+    fn of_sites(ids: &[&str]) -> Status {
+        Status {
+            sites: ids
+                .iter()
+                .map(|id| SiteStatus {
+                    site: id.to_string(),
+                    lanes: Vec::new(),
+                    apps: Vec::new(),
+                    caps: Vec::new(),
+                })
+                .collect(),
+            ..Status::default()
+        }
+    }
+
+    fn ids(s: &Status) -> Vec<&str> {
+        s.sites.iter().map(|s| s.site.as_str()).collect()
+    }
+
+    #[test]
+    fn sites_are_paged_in_order_of_their_ids() {
+        let all = of_sites(&["c", "a", "d", "b"]);
+        let first = all.clone().page(None, Some(2));
+        assert_eq!(ids(&first), ["a", "b"]);
+        assert_eq!(first.next.as_deref(), Some("b"));
+        let last = all.clone().page(first.next.as_deref(), Some(2));
+        assert_eq!(ids(&last), ["c", "d"]);
+        assert_eq!(last.next, None, "nothing follows");
+        let whole = all.clone().page(None, None);
+        assert_eq!(ids(&whole), ["a", "b", "c", "d"]);
+        assert_eq!(whole.next, None);
+        assert!(all.clone().page(Some("d"), Some(2)).sites.is_empty());
+        assert_eq!(ids(&all.clone().of_site("c").expect("served")), ["c"]);
+        assert!(all.of_site("e").is_none());
+    }
+
     fn status() -> Status {
         let lane = |uplink: &str, state: &str| LaneStatus {
             uplink: uplink.into(),
@@ -440,6 +505,7 @@ mod tests {
                     state: "within".into(),
                 }],
             }],
+            next: None,
         }
     }
 
