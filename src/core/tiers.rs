@@ -150,6 +150,18 @@ impl Tiers {
         self.carrying
     }
 
+    /// Whether a decision waits on time at `now`: a better tier's hold, an
+    /// overflow's calm, or a cold uplink's linger after a change. While none does, a
+    /// decision changes only with its members.
+    pub fn waiting(&self, now: Instant) -> bool {
+        self.better.is_some()
+            || self.carrying.overflow
+            || self.calm_since.is_some()
+            || self
+                .before
+                .is_some_and(|(_, at)| now < at.saturating_add(COLD_LINGER))
+    }
+
     fn switch_to(&mut self, tier: u32, now: Instant) {
         if self.carrying.tier != Some(tier) {
             self.carrying = Carrying {
@@ -301,6 +313,23 @@ mod tests {
         assert_eq!(tiers.decide(&up, &s, at(4500)).tier, Some(2));
         assert_eq!(tiers.decide(&up, &s, at(9499)).tier, Some(2));
         assert_eq!(tiers.decide(&up, &s, at(9500)).tier, Some(1));
+    }
+
+    #[test]
+    fn a_decision_waits_on_time_only_while_a_hold_or_linger_runs() {
+        let s = settings();
+        let mut tiers = Tiers::default();
+        let down = [member(1, false), member(2, true)];
+        let up = [member(1, true), member(2, true)];
+        tiers.decide(&up, &s, at(0));
+        assert!(tiers.waiting(at(0)), "the first decision lingers");
+        assert!(!tiers.waiting(at(0) + COLD_LINGER));
+        tiers.decide(&down, &s, at(10_000));
+        tiers.decide(&up, &s, at(20_000));
+        assert!(tiers.waiting(at(20_000)), "the primary's hold runs");
+        assert_eq!(tiers.decide(&up, &s, at(25_000)).tier, Some(1));
+        assert!(tiers.waiting(at(25_000)), "the backup lingers");
+        assert!(!tiers.waiting(at(25_000) + COLD_LINGER), "settled");
     }
 
     #[test]

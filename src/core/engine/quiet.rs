@@ -42,8 +42,10 @@ pub const QUIET_KEEP_ALIVE: Duration = Duration::from_secs(1);
 /// A quiet site's lane not heard for this long is given up: two keep-alives and
 /// their acknowledgements missed, before QUIC's idle timeout (3 s) closes it.
 pub const QUIET_STALL: Duration = Duration::from_millis(2500);
-/// How often a quiet site's idle lanes are sampled.
-pub const QUIET_SAMPLE_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a quiet site's idle lanes are sampled: as often as their keep-alives
+/// come. A silent one is seen within a second of the stall bound, and its connection
+/// closes at QUIC's idle timeout (3 s) in any case.
+pub const QUIET_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often an active site's lanes are looked at for a keep-alive: each goes out
 /// between [`KEEP_ALIVE`] and this much later after the lane last sent.
 const KEEP_ALIVE_SCAN: Duration = Duration::from_millis(25);
