@@ -1627,6 +1627,11 @@ fn a_sites_lanes_move_together_to_the_second_exit_when_the_first_dies_and_return
         tb.log("site1.log")
             .contains("moving every lane to the next")
     );
+    let in_use = |tb: &Testbed, exit: &str| {
+        tb.metric("en", &format!("braid_exit_in_use{{exit=\"{exit}:4433\"}}"))
+    };
+    assert_eq!(in_use(&tb, "198.19.201.1"), 1.0);
+    assert_eq!(in_use(&tb, "198.19.200.1"), 0.0);
 
     // The first exit returns: the lanes stay on the second for the hold, then all
     // return together.
@@ -1650,6 +1655,7 @@ fn a_sites_lanes_move_together_to_the_second_exit_when_the_first_dies_and_return
         "lanes left on the second exit:\n{}",
         tb.logs()
     );
+    assert_eq!(in_use(&tb, "198.19.200.1"), 1.0);
     ping_ok(&tb, "cl", SERVER_V4, 5);
 }
 

@@ -103,35 +103,35 @@ new_ns() {
 # The uplink's shaping and emulation, applied inside router namespace NS.
 uplink() { local n; n=$(ns "$1"); shift; ip netns exec "$n" bash "$(dirname "$0")/uplink.sh" "$@"; }
 
+# exit_link SITE_ENTRY UPLINK_INDEX ROUTER SUBNET ROUTER_DEV EXIT_NS CORE SERVICE: router
+# ROUTER's ROUTER_DEV to exit namespace EXIT_NS over 198.19.CORE.0/24, and the routes
+# that take uplink SUBNET to the exit's service address 198.19.SERVICE.1 and back.
+exit_link() {
+    local en=$1 i=$2 r=$3 sub=$4 dev=$5 ex=$6 core=$7 service=$8
+    veth "$r" "$dev" "$ex" "u$sub"
+    addr "$r" "$dev" "198.19.$core.1/24"; addr "$r" "$dev" "fd00:19:$core::1/64" nodad
+    addr "$ex" "u$sub" "198.19.$core.2/24"; addr "$ex" "u$sub" "fd00:19:$core::2/64" nodad
+    inns "$r" ip route add "198.19.$service.1/32" via "198.19.$core.2"
+    inns "$r" ip -6 route add "fd00:19:$service::1/128" via "fd00:19:$core::2"
+    inns "$ex" ip route add "198.19.$sub.0/24" via "198.19.$core.1"
+    inns "$ex" ip -6 route add "fd00:19:$sub::/64" via "fd00:19:$core::1"
+    # The entry reaches the exit over every uplink: one route per uplink device, so a
+    # lane socket bound to that device (SO_BINDTODEVICE) finds its own.
+    inns "$en" ip route add "198.19.$service.1/32" via "198.19.$sub.1" dev "up$i" metric "$i"
+    inns "$en" ip -6 route add "fd00:19:$service::1/128" via "fd00:19:$sub::1" dev "up$i" metric "$i"
+}
+
 router() { # router SITE_ENTRY UPLINK_INDEX ROUTER_NAME SUBNET RATE DELAY LOSS [JITTER]
     local en=$1 i=$2 r=$3 sub=$4 rate=$5 delay=$6 loss=$7 jitter=${8:-0}
     new_ns "$r"
     veth "$en" "up$i" "$r" a
-    veth "$r" b ex "u$sub"
     addr "$en" "up$i" "198.19.$sub.2/24"; addr "$en" "up$i" "fd00:19:$sub::2/64" nodad
     addr "$r" a "198.19.$sub.1/24"; addr "$r" a "fd00:19:$sub::1/64" nodad
-    addr "$r" b "198.19.$((100 + sub)).1/24"; addr "$r" b "fd00:19:$((100 + sub))::1/64" nodad
-    addr ex "u$sub" "198.19.$((100 + sub)).2/24"; addr ex "u$sub" "fd00:19:$((100 + sub))::2/64" nodad
-    inns "$r" ip route add 198.19.200.1/32 via "198.19.$((100 + sub)).2"
-    inns "$r" ip -6 route add fd00:19:200::1/128 via "fd00:19:$((100 + sub))::2"
-    inns ex ip route add "198.19.$sub.0/24" via "198.19.$((100 + sub)).1"
-    inns ex ip -6 route add "fd00:19:$sub::/64" via "fd00:19:$((100 + sub))::1"
-    # The entry reaches the exit over every uplink: one route per uplink device, so a
-    # lane socket bound to that device (SO_BINDTODEVICE) finds its own.
-    inns "$en" ip route add 198.19.200.1/32 via "198.19.$sub.1" dev "up$i" metric "$i"
-    inns "$en" ip -6 route add fd00:19:200::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
+    exit_link "$en" "$i" "$r" "$sub" b ex $((100 + sub)) 200
     # The router's far side, for traffic outside the tunnel (benchmarks' background flows).
     inns "$en" ip route add "198.19.$((100 + sub)).0/24" via "198.19.$sub.1" dev "up$i"
     if [ "$exits" = 2 ]; then
-        veth "$r" c ex2 "u$sub"
-        addr "$r" c "198.19.$((110 + sub)).1/24"; addr "$r" c "fd00:19:$((110 + sub))::1/64" nodad
-        addr ex2 "u$sub" "198.19.$((110 + sub)).2/24"; addr ex2 "u$sub" "fd00:19:$((110 + sub))::2/64" nodad
-        inns "$r" ip route add 198.19.201.1/32 via "198.19.$((110 + sub)).2"
-        inns "$r" ip -6 route add fd00:19:201::1/128 via "fd00:19:$((110 + sub))::2"
-        inns ex2 ip route add "198.19.$sub.0/24" via "198.19.$((110 + sub)).1"
-        inns ex2 ip -6 route add "fd00:19:$sub::/64" via "fd00:19:$((110 + sub))::1"
-        inns "$en" ip route add 198.19.201.1/32 via "198.19.$sub.1" dev "up$i" metric "$i"
-        inns "$en" ip -6 route add fd00:19:201::1/128 via "fd00:19:$sub::1" dev "up$i" metric "$i"
+        exit_link "$en" "$i" "$r" "$sub" c ex2 $((110 + sub)) 201
         uplink "$r" shape c "$rate"
     fi
     uplink "$r" shape b "$rate"

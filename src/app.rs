@@ -94,6 +94,7 @@ pub async fn run(config: Config, config_path: PathBuf) -> anyhow::Result<()> {
                 shutdown.clone(),
                 dialer_tasks.clone(),
             );
+            d.show_exits_in(metrics.clone());
             d.apply(entry);
             dial_demand = Some(d.dial_demand());
             dialers = Some(d);

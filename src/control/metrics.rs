@@ -41,6 +41,8 @@ pub struct Metrics {
     uplink_cap_used: IntGaugeVec,
     uplink_capped: IntGaugeVec,
     uplink_cap_warnings: IntCounterVec,
+    /// An entry's exits (`lane/exits.rs`): 1 for the one its lanes go to.
+    exit_in_use: IntGaugeVec,
     lane_srtt: GaugeVec,
     lane_delay_variation: GaugeVec,
     lane_cwnd: IntGaugeVec,
@@ -260,6 +262,11 @@ impl Metrics {
                 "uplink_capped",
                 "1 while the uplink is at its data cap (demoted until the period resets)",
                 &["site", "uplink"],
+            )?,
+            exit_in_use: gauge(
+                "exit_in_use",
+                "1 for the exit the entry's lanes go to, 0 for the other exits it lists",
+                &["exit"],
             )?,
             uplink_cap_warnings: {
                 let c = IntCounterVec::new(
@@ -547,6 +554,17 @@ impl Metrics {
     pub fn uplink_cap(&self, site: &str, uplink: &str) -> [IntGauge; 3] {
         [&self.uplink_cap, &self.uplink_cap_used, &self.uplink_capped]
             .map(|g| g.with_label_values(&[site, uplink]))
+    }
+
+    /// The entry's `exits` (addresses in order of preference), `in_use` the one its
+    /// lanes go to; exits of an earlier configuration are forgotten.
+    pub fn exits_in_use(&self, exits: &[String], in_use: usize) {
+        self.exit_in_use.reset();
+        for (i, exit) in exits.iter().enumerate() {
+            self.exit_in_use
+                .with_label_values(&[exit])
+                .set(i64::from(i == in_use));
+        }
     }
 
     /// Counts a warning of a site's uplink's cap at `percent`.

@@ -21,6 +21,7 @@ use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_s
 use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{EntryConfig, ExitPeer, UplinkConfig};
+use crate::control::metrics::Metrics;
 use crate::core::engine::QUIET_KEEP_ALIVE;
 use crate::core::lane::Colour;
 use crate::core::redial::Redial;
@@ -51,6 +52,8 @@ pub struct Dialers {
     configured: BTreeSet<String>,
     /// The uplinks' interfaces as the kernel reports them.
     links: LinkWatch,
+    /// Where the choice of exit is shown (none: nowhere).
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// Which uplinks the data path wants hung up, by name: cold ones (`standby =
@@ -104,7 +107,13 @@ impl Dialers {
             held: DialDemand::default(),
             configured: BTreeSet::new(),
             links,
+            metrics: None,
         }
+    }
+
+    /// Shows the exit the lanes go to in `metrics` from the next [`Dialers::apply`].
+    pub fn show_exits_in(&mut self, metrics: Arc<Metrics>) {
+        self.metrics = Some(metrics);
     }
 
     /// Dials exactly `entry`'s uplinks: the dialer of an uplink that is gone or
@@ -130,6 +139,7 @@ impl Dialers {
             let follow = exits::start(
                 &entry.exits,
                 self.watchers.subscribe(),
+                self.metrics.clone(),
                 self.clock,
                 stop.clone(),
                 &self.tracker,

@@ -16,6 +16,7 @@ use super::HELLO_TIMEOUT;
 use super::client::Dialer;
 use crate::clock::Clock;
 use crate::config::ExitPeer;
+use crate::control::metrics::Metrics;
 use crate::core::exit_choice::ExitChoice;
 use crate::core::redial::Redial;
 
@@ -87,10 +88,12 @@ impl LaneStanding {
 }
 
 /// Starts choosing among `exits` until `stop`; `watchers` are one dialer per uplink,
-/// in order of preference, that the watch connections are tried over.
+/// in order of preference, that the watch connections are tried over; the choice is
+/// shown in `metrics`, if given.
 pub fn start(
     exits: &[ExitPeer],
     watchers: watch::Receiver<Vec<Dialer>>,
+    metrics: Option<Arc<Metrics>>,
     clock: Clock,
     stop: CancellationToken,
     tracker: &TaskTracker,
@@ -101,6 +104,7 @@ pub fn start(
     let choosing = Choosing {
         choice: ExitChoice::new(&holds, clock.now()),
         names: exits.iter().map(|e| e.address.clone()).collect(),
+        metrics,
         watchers,
         watching: vec![None; exits.len()],
         chosen: chosen_tx,
@@ -115,8 +119,9 @@ pub fn start(
 
 struct Choosing {
     choice: ExitChoice,
-    /// Each exit's address, for the log.
+    /// Each exit's address, for the log and the metrics.
     names: Vec<String>,
+    metrics: Option<Arc<Metrics>>,
     watchers: watch::Receiver<Vec<Dialer>>,
     /// The token that stops each exit's watch connection, while it is kept.
     watching: Vec<Option<CancellationToken>>,
@@ -129,6 +134,7 @@ struct Choosing {
 
 impl Choosing {
     async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) {
+        self.show();
         loop {
             self.keep_watches();
             let deadline = self.choice.poll_timeout();
@@ -160,7 +166,14 @@ impl Choosing {
                     warn!(from = %from_name, to = %to_name, "the exit does not answer: moving every lane to the next");
                 }
                 self.chosen.send_replace(to);
+                self.show();
             }
+        }
+    }
+
+    fn show(&self) {
+        if let Some(m) = &self.metrics {
+            m.exits_in_use(&self.names, self.choice.current());
         }
     }
 
