@@ -11,7 +11,9 @@ pairs (one per uplink). For each site count in turn, measured:
 - the exit restarted (SIGTERM, then started again): the time until every lane is
   back, and RSS and idle CPU again;
 - --send sites sending at once (--rate kbit/s each, each to the next site, across
-  the exit): each one's goodput, its spread and Jain's fairness index.
+  the exit): each one's goodput, its spread and Jain's fairness index; with --busy
+  KBPS the first of them sends that much instead, and the others' spread is given
+  apart from the busy flow's (whether one busy site takes the others' share).
 
 Targets (docs/benchmarks.md, "An exit for a thousand sites"): 1,000 sites up within
 60 s and back within 60 s of a restart, RSS under 1 GiB, idle CPU under 10 % of a
@@ -19,6 +21,7 @@ core, a scrape under 1 s.
 
 Usage (root): integration/bench_scale.py --braid target/release/braid
               [--sites 100,300,1000] [--idle 10] [--settle 15] [--send 100] [--rate 2000]
+              [--busy KBPS]
               [--exit-threads N] [--out DIR]
 
 The loadgen shares the machine with the exit: on two cores it takes one of them
@@ -143,12 +146,13 @@ def scrape():
 class Loadgen:
     """The load generator's process and its JSON lines, read as they come."""
 
-    def __init__(self, braid, sites, send, rate):
+    def __init__(self, braid, sites, send, rate, busy):
         self.lines = queue.Queue()
+        busy_args = ("--busy-kbps", str(busy)) if busy else ()
         self.proc = subprocess.Popen(
             inns(NAME, "lg", braid, "loadgen", "run", "--exit", f"{SERVICE}:{PORT}", "--ca", STATE,
                  "--sites", str(sites), "--uplinks", ",".join(f"up{i}" for i in range(1, UPLINKS + 1)),
-                 "--send-sites", str(send), "--rate-kbps", str(rate)),
+                 "--send-sites", str(send), "--rate-kbps", str(rate), *busy_args),
             stdout=subprocess.PIPE, stderr=open(os.path.join(STATE, "loadgen.log"), "a"), text=True)
         self.up = 0
         self.lanes = sites * UPLINKS * 2
@@ -185,7 +189,7 @@ def measure(braid, sites, args):
     time.sleep(1)
     # Site certificates issued before the loadgen's clock starts; its `t` counts
     # from when the first site starts dialling.
-    gen = Loadgen(braid, sites, args.send, args.rate)
+    gen = Loadgen(braid, sites, args.send, args.rate, args.busy)
     result = {"sites": sites, "lanes": gen.lanes}
     try:
         up = gen.until(lambda l: l.get("event") == "all_up", args.timeout)
@@ -204,6 +208,9 @@ def measure(braid, sites, args):
                 g = good["goodput_kbps"]
                 print(f"  {g['sites']} sites sending {g['offered']} kbit/s each: min {g['min']}, "
                       f"median {g['median']}, max {g['max']} kbit/s, Jain {g['jain']}", flush=True)
+                if g.get("busy") is not None:
+                    print(f"  beside them one site sending {g['busy_offered']} kbit/s: "
+                          f"{g['busy']} kbit/s arrived", flush=True)
         exit_proc.send_signal(signal.SIGTERM)
         exit_proc.wait(timeout=30)
         gen.until(lambda l: l.get("lanes_up", gen.lanes) < gen.lanes // 2, 30)
@@ -236,6 +243,7 @@ def main():
     p.add_argument("--settle", type=float, default=15.0)
     p.add_argument("--send", type=int, default=100)
     p.add_argument("--rate", type=int, default=2000)
+    p.add_argument("--busy", type=int, help="kbit/s the first sending site sends instead")
     p.add_argument("--exit-threads", type=int)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--out", default="/tmp")

@@ -117,6 +117,10 @@ enum LoadgenCommand {
         /// What each sending site sends (kbit/s).
         #[arg(long, default_value_t = 1000)]
         rate_kbps: u64,
+        /// What the first sending site sends instead (kbit/s): whether one busy site
+        /// takes the others' share of the exit.
+        #[arg(long)]
+        busy_kbps: Option<u64>,
         /// How long the sending sites' goodput is measured over.
         #[arg(long, default_value_t = 10)]
         send_seconds: u64,
@@ -193,6 +197,7 @@ pub fn main() -> ExitCode {
             seconds,
             send_sites,
             rate_kbps,
+            busy_kbps,
             send_seconds,
         }) => crate::loadgen::run(crate::loadgen::Options {
             exit,
@@ -203,6 +208,7 @@ pub fn main() -> ExitCode {
             seconds,
             send_sites,
             rate_kbps,
+            busy_kbps,
             send_seconds,
         }),
         Command::Cert(CertCommand::Init { dir }) => crate::cert::init_ca(&dir)

@@ -51,6 +51,8 @@ pub struct Options {
     /// How many sites send, each to the next of them, at SIGUSR1.
     pub send_sites: usize,
     pub rate_kbps: u64,
+    /// What the first sending site sends instead, if given.
+    pub busy_kbps: Option<u64>,
     /// How long the sending sites' goodput is measured over.
     pub send_seconds: u64,
 }
@@ -182,7 +184,11 @@ impl Sending {
         let stop = shared.shutdown.child_token();
         for site in senders {
             let to = (site.index + 1) % senders.len();
-            site.send(to, options.rate_kbps, &shared.tasks, stop.clone());
+            let rate = match options.busy_kbps {
+                Some(busy) if site.index == 0 => busy,
+                _ => options.rate_kbps,
+            };
+            site.send(to, rate, &shared.tasks, stop.clone());
         }
         Sending {
             stop,
@@ -217,13 +223,25 @@ impl Sending {
     }
 }
 
-/// The spread of the sending sites' goodput (kbit/s).
+/// The spread of the sending sites' goodput (kbit/s), each counted where it arrives;
+/// with a busy site, the others' spread and the busy flow's apart (it arrives at the
+/// second site).
 fn summarise(goodput: &[f64], options: &Options) -> serde_json::Value {
+    let busy = options.busy_kbps.and(goodput.get(BUSY_ARRIVES_AT).copied());
+    let others: Vec<f64> = goodput
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| busy.is_none() || i != BUSY_ARRIVES_AT)
+        .map(|(_, g)| *g)
+        .collect();
+    let goodput = &others[..];
     let mut sorted = goodput.to_vec();
     sorted.sort_by(f64::total_cmp);
     json!({
         "sites": goodput.len(),
         "offered": options.rate_kbps,
+        "busy": busy.map(round),
+        "busy_offered": options.busy_kbps,
         "min": sorted.first().copied().map(round),
         "median": sorted.get(sorted.len() / 2).copied().map(round),
         "max": sorted.last().copied().map(round),
@@ -231,6 +249,9 @@ fn summarise(goodput: &[f64], options: &Options) -> serde_json::Value {
         "per_site": goodput.iter().map(|g| round(*g)).collect::<Vec<_>>(),
     })
 }
+
+/// Where the busy site's flow arrives: the first sending site sends to the second.
+const BUSY_ARRIVES_AT: usize = 1;
 
 /// Jain's fairness index of `rates`: 1 when all are equal, 1/n when one has all.
 fn jain(rates: &[f64]) -> Option<f64> {
