@@ -75,6 +75,7 @@ def prioritise_gateways(testbed, nice):
 
 def write_report(out, name, report):
     """Writes a benchmark's raw numbers as `out/name` (JSON) and says where."""
+    os.makedirs(out, exist_ok=True)
     path = os.path.join(out, name)
     with open(path, "w") as f:
         json.dump(report, f, indent=1)
