@@ -118,7 +118,7 @@ impl Dialers {
 
     /// Dials exactly `entry`'s uplinks: the dialer of an uplink that is gone or
     /// changed stops (its lane closes), one starts for each new or changed uplink;
-    /// all start anew, at the first exit, when the exits or the uplinks changed.
+    /// all start anew, at the first exit, when the exits changed.
     pub fn apply(&mut self, entry: &EntryConfig) {
         let exits_changed = self.exits != entry.exits;
         self.exits = entry.exits.clone();
@@ -276,6 +276,12 @@ impl Dialer {
             r = link.wait_for(|l| l.usable) => r.is_ok(),
             () = shutdown.cancelled() => false,
         }
+    }
+
+    /// Whether it may dial now: its uplink is wanted (not a cold standby or at its
+    /// cap) and its interface usable.
+    pub(super) fn may_dial(&self) -> bool {
+        self.wanted() && self.link_now().usable
     }
 
     /// Whether the lane is wanted now.

@@ -204,8 +204,8 @@ impl Choosing {
     }
 }
 
-/// One exit's watch connection: up over the first uplink it can be, again whenever
-/// it drops.
+/// One exit's watch connection: up over the first uplink it can be (of those that
+/// may dial), again whenever it drops.
 struct Watch {
     exit: usize,
     /// One per uplink, as configured now.
@@ -219,7 +219,9 @@ impl Watch {
         loop {
             let mut up = None;
             let dialers = self.dialers.borrow().clone();
-            for dialer in &dialers {
+            // Not over a cold standby or a capped uplink, which are hung up to save
+            // their cost, nor one whose interface is down.
+            for dialer in dialers.iter().filter(|d| d.may_dial()) {
                 let attempt = tokio::select! {
                     r = tokio::time::timeout(redial.attempt_limit(), dialer.connect(self.exit)) => r,
                     () = stop.cancelled() => return,
