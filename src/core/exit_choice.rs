@@ -115,6 +115,9 @@ impl ExitChoice {
 
     /// Moves the lanes if the rules say so at `now`; returns the new exit if they move.
     pub fn poll(&mut self, now: Instant) -> Option<usize> {
+        if self.exits.is_empty() {
+            return None;
+        }
         let failed = self.deadline_of_failure().is_some_and(|at| now >= at);
         let next = if failed {
             // A preferred exit that answers now, else the next in the list.
@@ -230,6 +233,16 @@ mod tests {
         // The second does not answer either: the third, then the first again.
         assert_eq!(c.poll(at(6000)), Some(2));
         assert_eq!(c.poll(at(9000)), Some(0));
+    }
+
+    #[test]
+    fn no_exit_is_no_choice_and_no_panic() {
+        let mut c = ExitChoice::new(&[], at(0));
+        c.lane_up(0);
+        c.lane_down(0, at(10));
+        c.watch(0, true, at(10));
+        assert_eq!(c.poll(at(10_000)), None);
+        assert_eq!(c.current(), 0);
     }
 
     #[test]

@@ -614,7 +614,7 @@ impl DataPath {
                 l.state_since = now;
             }
             l.healthy = healthy;
-            v.up = healthy && !l.standby && !l.retired && !l.cut_off();
+            v.up = l.carries();
             v.srtt = sample.srtt;
             v.min_srtt = l.min_srtt.observe(sample.srtt, now);
             if lost_more || sample.cwnd < v.cwnd {
@@ -659,7 +659,7 @@ impl DataPath {
         // Before what a silent lane lost is sent again: over the tier that takes over.
         // A quiet site's lanes are full of nothing, so its tiers change only with a
         // lane's standing or a hold that runs out; at an exit of a thousand quiet
-        // sites, reviewing them at every sample was a tenth of its idle time.
+        // sites, reviewing them at every sample showed in the idle exit's profile.
         let site = &self.sites[site_idx.0 as usize];
         if standing_changed || cut_change.is_some() || !site.quiet(now) || site.tiers.waiting(now) {
             self.review_tiers(site_idx, now);

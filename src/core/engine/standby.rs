@@ -46,6 +46,11 @@ impl super::lanes::Lane {
             && (self.policy.quality.cut_off == CutOff::All || self.colour == Colour::Green)
     }
 
+    /// Carries traffic: healthy, of a tier that carries, not replaced, not cut off.
+    pub(super) fn carries(&self) -> bool {
+        self.healthy && !self.standby && !self.retired && !self.cut_off()
+    }
+
     /// Counts for its uplink's tier: healthy, and not cut off from all traffic.
     fn up_for_tier(&self) -> bool {
         self.healthy && !(self.cutoff.is_cut() && self.policy.quality.cut_off == CutOff::All)
@@ -225,7 +230,7 @@ impl DataPath {
                 l.state_since = now;
             }
             l.standby = standby;
-            v.up = l.healthy && !standby && !l.retired && !l.cut_off();
+            v.up = l.carries();
         }
         if entry_site {
             let starting =
