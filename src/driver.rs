@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -39,7 +39,7 @@ use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::client::DialDemand;
-use crate::lane::io::{LaneInput, LaneIo};
+use crate::lane::io::{LaneInput, LaneIo, SITE_BATCHES};
 use crate::lane::{LaneEvent, NewLane};
 use crate::notify::Notifier;
 use crate::tun::Tun;
@@ -117,6 +117,9 @@ pub struct Driver {
     events: mpsc::Receiver<LaneEvent>,
     input_tx: mpsc::Sender<LaneInput>,
     input_rx: mpsc::Receiver<LaneInput>,
+    /// By `SiteIdx`: the batches of received datagrams each site may have in
+    /// `input_rx` at once ([`SITE_BATCHES`]).
+    site_batches: Vec<Arc<Semaphore>>,
     /// What one TUN read lands in: a virtio-net header and up to a 64 KB super-packet.
     tun_read: Vec<u8>,
     /// Where packets are built for the engine, each behind room for its datagram header.
@@ -204,6 +207,7 @@ impl Driver {
             events,
             input_tx,
             input_rx,
+            site_batches: Vec::new(),
             tun_read: vec![0; VNET_HDR_LEN + MAX_SUPER_PACKET],
             rx_buf: BytesMut::with_capacity(256 * 1024),
             tun_writer,
@@ -335,7 +339,7 @@ impl Driver {
             self.send_handoffs();
             // Checked on every wake-up, so that traffic cannot starve them.
             if now >= export_at {
-                self.export_metrics();
+                self.export_metrics(now);
                 export_at = now + METRICS_INTERVAL;
             }
             if now >= report_at {
@@ -363,7 +367,7 @@ impl Driver {
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
         }
-        self.export_metrics();
+        self.export_metrics(self.clock.now());
         self.log_drops();
         self.lane_tasks.shutdown().await;
         failure.map_or(Ok(()), Err)
@@ -602,7 +606,15 @@ impl Driver {
             conn.close(1u32.into(), b"unknown site");
             return;
         };
-        let mut io = LaneIo::start(id, conn, path, &mut self.lane_tasks, self.input_tx.clone());
+        let site_batches = self.site_batches(id);
+        let mut io = LaneIo::start(
+            id,
+            conn,
+            path,
+            &mut self.lane_tasks,
+            self.input_tx.clone(),
+            site_batches,
+        );
         io.standing = standing;
         info!(
             lane = %id,
@@ -612,7 +624,7 @@ impl Driver {
             peer = %io.conn.remote_address(),
             "lane added"
         );
-        self.export.lane_up(id, &site, &uplink, colour);
+        self.export.lane_up(&self.engine, id);
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
@@ -620,13 +632,23 @@ impl Driver {
         self.lanes[slot] = Some(io);
         self.engine.lanes_to_sample(now, &mut self.lane_ids);
         self.sample_lanes(now);
-        self.export_metrics();
+    }
+
+    /// The batches the site of lane `id` may have waiting for this thread, shared by
+    /// all its lanes.
+    fn site_batches(&mut self, id: LaneId) -> Arc<Semaphore> {
+        let site = self.engine.lane(id).map_or(0, |l| l.site.0 as usize);
+        if self.site_batches.len() <= site {
+            self.site_batches
+                .resize_with(site + 1, || Arc::new(Semaphore::new(SITE_BATCHES)));
+        }
+        self.site_batches[site].clone()
     }
 
     /// Hands the engine what a lane's receive task sent; how many inputs that was.
     fn handle_input(&mut self, input: LaneInput, now: Instant) -> usize {
         match input {
-            LaneInput::Datagrams(lane, datagrams) => {
+            LaneInput::Datagrams(lane, datagrams, _site_batch) => {
                 let n = datagrams.len();
                 for datagram in datagrams {
                     self.engine.handle_lane_datagram(lane, datagram, now);
@@ -639,9 +661,8 @@ impl Driver {
                 self.lane_ids.clear();
                 self.lane_ids.push(lane);
                 self.sample_lanes(now);
-                self.export_metrics();
+                self.export.lane_closed(&self.engine, lane);
                 self.engine.handle_lane_closed(lane);
-                self.export.lane_closed(lane);
                 if self
                     .lanes
                     .get_mut(lane.0 as usize)
@@ -782,8 +803,8 @@ impl Driver {
 
     /// Copies the engine's counters into the metrics, and (the first thread) tells
     /// systemd once the engine is ready and whenever the number of lanes up changes.
-    fn export_metrics(&mut self) {
-        self.export.copy(&self.engine);
+    fn export_metrics(&mut self, now: Instant) {
+        self.export.copy(&self.engine, now);
         (
             self.offload_counts.write_super,
             self.offload_counts.write_packets,
