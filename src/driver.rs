@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -39,7 +39,7 @@ use crate::core::stats::DropReason;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 use crate::lane::client::DialDemand;
-use crate::lane::io::{LaneInput, LaneIo, SITE_BATCHES};
+use crate::lane::io::{LaneInput, LaneIo};
 use crate::lane::{LaneEvent, NewLane};
 use crate::notify::Notifier;
 use crate::tun::Tun;
@@ -117,9 +117,6 @@ pub struct Driver {
     events: mpsc::Receiver<LaneEvent>,
     input_tx: mpsc::Sender<LaneInput>,
     input_rx: mpsc::Receiver<LaneInput>,
-    /// By `SiteIdx`: the batches of received datagrams each site may have in
-    /// `input_rx` at once ([`SITE_BATCHES`]).
-    site_batches: Vec<Arc<Semaphore>>,
     /// What one TUN read lands in: a virtio-net header and up to a 64 KB super-packet.
     tun_read: Vec<u8>,
     /// Where packets are built for the engine, each behind room for its datagram header.
@@ -207,7 +204,6 @@ impl Driver {
             events,
             input_tx,
             input_rx,
-            site_batches: Vec::new(),
             tun_read: vec![0; VNET_HDR_LEN + MAX_SUPER_PACKET],
             rx_buf: BytesMut::with_capacity(256 * 1024),
             tun_writer,
@@ -606,15 +602,7 @@ impl Driver {
             conn.close(1u32.into(), b"unknown site");
             return;
         };
-        let site_batches = self.site_batches(id);
-        let mut io = LaneIo::start(
-            id,
-            conn,
-            path,
-            &mut self.lane_tasks,
-            self.input_tx.clone(),
-            site_batches,
-        );
+        let mut io = LaneIo::start(id, conn, path, &mut self.lane_tasks, self.input_tx.clone());
         io.standing = standing;
         info!(
             lane = %id,
@@ -634,21 +622,10 @@ impl Driver {
         self.sample_lanes(now);
     }
 
-    /// The batches the site of lane `id` may have waiting for this thread, shared by
-    /// all its lanes.
-    fn site_batches(&mut self, id: LaneId) -> Arc<Semaphore> {
-        let site = self.engine.lane(id).map_or(0, |l| l.site.0 as usize);
-        if self.site_batches.len() <= site {
-            self.site_batches
-                .resize_with(site + 1, || Arc::new(Semaphore::new(SITE_BATCHES)));
-        }
-        self.site_batches[site].clone()
-    }
-
     /// Hands the engine what a lane's receive task sent; how many inputs that was.
     fn handle_input(&mut self, input: LaneInput, now: Instant) -> usize {
         match input {
-            LaneInput::Datagrams(lane, datagrams, _site_batch) => {
+            LaneInput::Datagrams(lane, datagrams) => {
                 let n = datagrams.len();
                 for datagram in datagrams {
                     self.engine.handle_lane_datagram(lane, datagram, now);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cc::KnownUplink;
@@ -18,12 +18,6 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
 
 /// The most datagrams a receive task hands the driver in one message.
 pub const BATCH: usize = 64;
-/// Batches of one site's datagrams the driver may hold at once, received but not yet
-/// handled. A site that sends more than an exit's data path handles then waits for
-/// its own batches (quinn holds, then drops, what its lanes receive meanwhile),
-/// instead of filling the queue every site's datagrams share: each other site's
-/// next batch waits behind at most this many of its own.
-pub const SITE_BATCHES: usize = 8;
 
 /// What a lane's send task has done, for the engine's samples.
 #[derive(Default)]
@@ -42,9 +36,8 @@ struct SendProgress {
 pub enum LaneInput {
     /// The datagrams quinn had ready for the lane, in order (at most [`BATCH`]): one
     /// message per batch, so that the driver takes them in one wake-up, and the TUN
-    /// device gets their TCP segments merged. The permit is one of the site's
-    /// [`SITE_BATCHES`], returned when the driver drops the batch.
-    Datagrams(LaneId, Vec<Bytes>, OwnedSemaphorePermit),
+    /// device gets their TCP segments merged.
+    Datagrams(LaneId, Vec<Bytes>),
     Closed(LaneId),
 }
 
@@ -65,20 +58,18 @@ pub struct LaneIo {
 
 impl LaneIo {
     /// Starts the lane's send and receive tasks in `tasks`; what arrives goes to
-    /// `input`, tagged with `id`, a batch at a time within its site's `site_batches`
-    /// (a semaphore of [`SITE_BATCHES`] permits every lane of the site shares).
+    /// `input`, tagged with `id`.
     pub fn start(
         id: LaneId,
         conn: quinn::Connection,
         path: Arc<KnownUplink>,
         tasks: &mut JoinSet<()>,
         input: mpsc::Sender<LaneInput>,
-        site_batches: Arc<Semaphore>,
     ) -> LaneIo {
         let progress = Arc::new(SendProgress::default());
         let (queue, queue_rx) = mpsc::unbounded_channel();
         tasks.spawn(send_loop(conn.clone(), queue_rx, progress.clone()));
-        tasks.spawn(receive_loop(id, conn.clone(), input, site_batches));
+        tasks.spawn(receive_loop(id, conn.clone(), input));
         LaneIo {
             empty_send_space: conn.datagram_send_buffer_space(),
             conn,
@@ -186,16 +177,8 @@ async fn send_loop(
     }
 }
 
-async fn receive_loop(
-    id: LaneId,
-    conn: quinn::Connection,
-    input: mpsc::Sender<LaneInput>,
-    site_batches: Arc<Semaphore>,
-) {
+async fn receive_loop(id: LaneId, conn: quinn::Connection, input: mpsc::Sender<LaneInput>) {
     while let Ok(first) = conn.read_datagram().await {
-        let Ok(permit) = site_batches.clone().acquire_owned().await else {
-            return;
-        };
         let mut batch = Vec::with_capacity(BATCH);
         batch.push(first);
         // Whatever else quinn has ready goes with it, without waiting for more.
@@ -205,11 +188,7 @@ async fn receive_loop(
                 _ => break,
             }
         }
-        if input
-            .send(LaneInput::Datagrams(id, batch, permit))
-            .await
-            .is_err()
-        {
+        if input.send(LaneInput::Datagrams(id, batch)).await.is_err() {
             return;
         }
     }

@@ -215,7 +215,6 @@ fn endpoint(
 mod tests {
     use super::*;
     use crate::cert::{TlsConfig, TlsMaterial, init_ca, issue};
-    use crate::core::lane::LaneId;
 
     fn material(dir: &std::path::Path, name: &str) -> TlsMaterial {
         let (cert, key) = issue(dir, name).expect("issue");
@@ -279,36 +278,6 @@ mod tests {
         // The exit's packets name no connection: they have the 8 bytes of the entry's
         // packets, which name the exit's, for payload.
         assert_eq!(room(&to_entry), room(&to_exit) + 8);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[tokio::test]
-    async fn a_site_has_at_most_its_batches_waiting_for_the_driver() {
-        use tokio::sync::{Semaphore, mpsc};
-        let dir = test_dir("batches");
-        let (exit, site) = (material(&dir, "exit"), material(&dir, "site1"));
-        let server = exit_endpoint(&exit);
-        let connecting = dial(&site, server.local_addr().expect("bound"));
-        let (to_exit, at_exit) = tokio::join!(connecting, accept(&server));
-        let to_exit = to_exit.expect("handshake");
-        let (input, mut waiting) = mpsc::channel(4096);
-        let mut tasks = tokio::task::JoinSet::new();
-        let batches = Arc::new(Semaphore::new(io::SITE_BATCHES));
-        let uplink = cc::KnownUplink::new(None, None);
-        let _lane = io::LaneIo::start(LaneId(0), at_exit, uplink, &mut tasks, input, batches);
-        // Far more batches than the site's share, a few datagrams each, none handled.
-        for _ in 0..100 {
-            for _ in 0..5 {
-                let _ = to_exit.send_datagram(bytes::Bytes::from_static(&[1; 100]));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(waiting.len(), io::SITE_BATCHES);
-        // One batch handled lets one more in.
-        drop(waiting.recv().await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(waiting.len(), io::SITE_BATCHES);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
