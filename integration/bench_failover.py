@@ -37,13 +37,13 @@ the first uplink's router for 10 s.
 Usage (root): integration/bench_failover.py --braid target/release/braid
               [--runs afmt,afmt-flowlet,round-robin]
               [--variants cut,backup-warm,backup-cold,lossy,jittery,idle]
-              [--hold 1,8]
+              [--hold 1,5]
 
 A run names the scheduler; RUN@BINARY uses that braid binary instead of --braid's, so
 that two builds are measured side by side in one invocation. RUN+dup gives both
 gateways an application table that duplicates the VoIP flow (`duplicate`, within a
 `duplicate_kbps` of 500): each of its datagrams also goes over a second uplink. --hold lists how long
-the path stays dead, one cut per value (below QUIC's idle timeout of 6 s the lanes
+the path stays dead, one cut per value (below QUIC's idle timeout of 3 s the lanes
 survive; above it they reconnect).
 """
 import argparse
@@ -375,7 +375,7 @@ def main():
     p.add_argument("--linkemu")
     p.add_argument("--runs", default="afmt,afmt-flowlet,round-robin")
     p.add_argument("--variants", default="cut,lossy,jittery,idle")
-    p.add_argument("--hold", default="1,8")
+    p.add_argument("--hold", default="1,5")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args()
     linkemu = args.linkemu or os.path.join(os.path.dirname(os.path.abspath(args.braid)), "braid-linkemu")

@@ -469,11 +469,10 @@ async fn every_endpoint_is_in_the_reference_and_answers() {
 /// Every metric family the registry exposes once each family has a child: name to
 /// (type, label names).
 fn metrics_exposed() -> BTreeMap<String, (String, BTreeSet<String>)> {
-    use braid::core::engine::{DataPath, EngineConfig, LaneUp, SiteSpec, UplinkPolicy};
-    use braid::core::lane::Colour;
-    use braid::core::time::Instant;
+    use braid::core::engine::{DataPath, EngineConfig, SiteSpec};
+    use braid::core::lane::{Colour, LaneId};
     let metrics = Arc::new(braid::control::metrics::Metrics::new().expect("metrics"));
-    let mut engine = DataPath::new(
+    let engine = DataPath::new(
         EngineConfig::builder()
             .sites(vec![SiteSpec {
                 id: "s".into(),
@@ -486,19 +485,8 @@ fn metrics_exposed() -> BTreeMap<String, (String, BTreeSet<String>)> {
             .build(),
     );
     let mut export = braid::control::metrics::Export::new(metrics.clone(), &engine);
-    let up = LaneUp {
-        site: "s",
-        uplink: "u",
-        colour: Colour::Blue,
-        rank: 0,
-        policy: UplinkPolicy::default(),
-        rate_kbps: None,
-    };
-    let lane = engine
-        .handle_lane_up(up, Instant::ZERO)
-        .expect("a lane of a served site");
-    export.lane_up(&engine, lane);
-    export.copy(&engine, Instant::ZERO);
+    export.lane_up(LaneId(0), "s", "u", Colour::Blue);
+    export.copy(&engine);
     let _ = metrics.app("s", "a", "up");
     metrics.count_admin_request(200);
     let text = String::from_utf8(metrics.render()).expect("UTF-8");

@@ -335,7 +335,7 @@ impl Driver {
             self.send_handoffs();
             // Checked on every wake-up, so that traffic cannot starve them.
             if now >= export_at {
-                self.export_metrics(now);
+                self.export_metrics();
                 export_at = now + METRICS_INTERVAL;
             }
             if now >= report_at {
@@ -363,7 +363,7 @@ impl Driver {
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
         }
-        self.export_metrics(self.clock.now());
+        self.export_metrics();
         self.log_drops();
         self.lane_tasks.shutdown().await;
         failure.map_or(Ok(()), Err)
@@ -612,7 +612,7 @@ impl Driver {
             peer = %io.conn.remote_address(),
             "lane added"
         );
-        self.export.lane_up(&self.engine, id);
+        self.export.lane_up(id, &site, &uplink, colour);
         let slot = id.0 as usize;
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
@@ -620,6 +620,7 @@ impl Driver {
         self.lanes[slot] = Some(io);
         self.engine.lanes_to_sample(now, &mut self.lane_ids);
         self.sample_lanes(now);
+        self.export_metrics();
     }
 
     /// Hands the engine what a lane's receive task sent; how many inputs that was.
@@ -638,8 +639,9 @@ impl Driver {
                 self.lane_ids.clear();
                 self.lane_ids.push(lane);
                 self.sample_lanes(now);
-                self.export.lane_closed(&self.engine, lane);
+                self.export_metrics();
                 self.engine.handle_lane_closed(lane);
+                self.export.lane_closed(lane);
                 if self
                     .lanes
                     .get_mut(lane.0 as usize)
@@ -780,8 +782,8 @@ impl Driver {
 
     /// Copies the engine's counters into the metrics, and (the first thread) tells
     /// systemd once the engine is ready and whenever the number of lanes up changes.
-    fn export_metrics(&mut self, now: Instant) {
-        self.export.copy(&self.engine, now);
+    fn export_metrics(&mut self) {
+        self.export.copy(&self.engine);
         (
             self.offload_counts.write_super,
             self.offload_counts.write_packets,

@@ -76,37 +76,6 @@ struct AppCounter {
     /// The engine's counters as last copied into the metrics, and at the last report.
     exported: AppCounters,
     reported: AppCounters,
-    /// Its queue as last shown.
-    queued: u64,
-}
-
-impl AppCounter {
-    /// Adds what the engine counted since the last copy (`now`) to the metrics.
-    fn copy_counts(&mut self, now: &AppCounters) {
-        let (m, was) = (&self.paced, &self.exported);
-        let add = |counter: &prometheus::IntCounter, now: u64, was: u64| {
-            counter.inc_by(now.saturating_sub(was));
-        };
-        add(&m.tx_bytes, now.paced_bytes, was.paced_bytes);
-        add(&self.other.tx_bytes, now.other_bytes, was.other_bytes);
-        add(
-            &self.other.duplicates_dropped,
-            now.duplicates_dropped,
-            was.duplicates_dropped,
-        );
-        add(&m.drops, now.drops, was.drops);
-        add(&m.steered_off, now.steered_off, was.steered_off);
-        add(&m.duplicates, now.duplicates, was.duplicates);
-        add(&m.duplicate_bytes, now.duplicate_bytes, was.duplicate_bytes);
-        add(&m.over_budget, now.over_budget, was.over_budget);
-        add(&m.deadlines_met, now.deadlines_met, was.deadlines_met);
-        add(
-            &m.deadlines_missed,
-            now.deadlines_missed,
-            was.deadlines_missed,
-        );
-        self.exported = *now;
-    }
 }
 
 /// The shell's per-application accounting.
@@ -171,7 +140,6 @@ impl AppStats {
                     other: self.metrics.app(site_id, name, other_dir),
                     exported: AppCounters::default(),
                     reported: AppCounters::default(),
-                    queued: 0,
                 })
             })
             .collect();
@@ -195,18 +163,38 @@ impl AppStats {
             for (i, c) in counters.iter_mut().enumerate() {
                 let app = AppIdx(i as u32);
                 let now = engine.app_counters(site, app);
-                // An exit's thousand sites' applications are mostly idle: only
-                // counts that moved are copied.
-                if now != c.exported {
-                    c.copy_counts(&now);
-                }
+                c.paced
+                    .tx_bytes
+                    .inc_by(now.paced_bytes.saturating_sub(c.exported.paced_bytes));
+                c.other
+                    .tx_bytes
+                    .inc_by(now.other_bytes.saturating_sub(c.exported.other_bytes));
+                c.other.duplicates_dropped.inc_by(
+                    now.duplicates_dropped
+                        .saturating_sub(c.exported.duplicates_dropped),
+                );
+                c.paced
+                    .drops
+                    .inc_by(now.drops.saturating_sub(c.exported.drops));
+                let m = &c.paced;
+                let was = &c.exported;
+                m.steered_off
+                    .inc_by(now.steered_off.saturating_sub(was.steered_off));
+                m.duplicates
+                    .inc_by(now.duplicates.saturating_sub(was.duplicates));
+                m.duplicate_bytes
+                    .inc_by(now.duplicate_bytes.saturating_sub(was.duplicate_bytes));
+                m.over_budget
+                    .inc_by(now.over_budget.saturating_sub(was.over_budget));
+                m.deadlines_met
+                    .inc_by(now.deadlines_met.saturating_sub(was.deadlines_met));
+                m.deadlines_missed
+                    .inc_by(now.deadlines_missed.saturating_sub(was.deadlines_missed));
+                c.exported = now;
                 let queue = engine.pacing().queued_bytes(site, app);
-                if queue != c.queued {
-                    c.paced
-                        .queue_bytes
-                        .set(i64::try_from(queue).unwrap_or(i64::MAX));
-                    c.queued = queue;
-                }
+                c.paced
+                    .queue_bytes
+                    .set(i64::try_from(queue).unwrap_or(i64::MAX));
                 // A background application's rate moves with its search.
                 if let Some(b) = engine.pacing().background(site, app) {
                     let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);

@@ -1,10 +1,8 @@
 //! Prometheus metrics of SPEC §10 (prefix `braid_`). Children are created once per
 //! lane or reason and kept, so the per-packet cost is one atomic add.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily};
@@ -17,7 +15,6 @@ use crate::core::lane::{Colour, LaneId};
 use crate::core::reseq::ReseqCounters;
 use crate::core::sched::DecisionKind;
 use crate::core::stats::{DELAY_BUCKETS, DelayHistogram, DropReason};
-use crate::core::time::Instant;
 
 /// Labels of every lane metric.
 const LANE_LABELS: [&str; 3] = ["site", "uplink", "colour"];
@@ -788,19 +785,10 @@ pub struct Export {
     reseq: Vec<(Vec<IntCounter>, ReseqCounters)>,
     /// By `LaneId`.
     lanes: Vec<Option<LaneExport>>,
-    /// Every uplink a lane came up on: its gauges, and whether one of its lanes (of
-    /// either colour) is up; by site and uplink name in `uplink_index`.
+    /// Every uplink a lane came up on: its site and name, its `uplink_up` gauge, and
+    /// whether one of its lanes (of either colour) is up.
     uplinks: Vec<UplinkExport>,
-    uplink_index: HashMap<(String, String), usize>,
-    /// Copies made, to spread quiet sites' lanes over them.
-    copies: u64,
 }
-
-/// A quiet site's lanes are copied every this many copies (a tenth of them each
-/// time): sampled once a second and carrying nothing, they change no more often,
-/// and at a thousand sites looking at every lane every 100 ms was a tenth of an
-/// idle exit's CPU.
-const QUIET_LANE_COPY_EVERY: u64 = 10;
 
 /// Super-packets that crossed the TUN device and the packets they carried, counted by
 /// the driver.
@@ -815,70 +803,19 @@ pub struct TunOffload {
 }
 
 struct LaneExport {
-    site: SiteIdx,
     metrics: LaneMetrics,
     exported: LaneCounters,
-    /// Its gauges as last set (SRTT, delay variation, window, fill), none yet.
-    shown: Option<(Duration, Duration, u64, u64)>,
-    /// Its state as last copied.
-    state: LaneState,
     /// Its uplink in `Export::uplinks`.
     uplink: usize,
 }
 
-impl LaneExport {
-    /// Copies lane `id`'s state, gauges and what it counted since the last copy.
-    fn copy(&mut self, engine: &DataPath, id: LaneId) {
-        let Some(lane) = engine.lane(id) else {
-            return;
-        };
-        let (view, now) = (lane.view, lane.counters);
-        self.state = lane.state;
-        let m = &self.metrics;
-        // Most of an exit's lanes are idle: their gauges change only when they are
-        // sampled, their counts not at all.
-        let gauges = (view.srtt, view.delay_variation, view.cwnd, view.fill);
-        if self.shown != Some(gauges) {
-            m.srtt.set(view.srtt.as_secs_f64());
-            m.delay_variation.set(view.delay_variation.as_secs_f64());
-            m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
-            m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
-            self.shown = Some(gauges);
-        }
-        if *now == self.exported {
-            return;
-        }
-        let old = self.exported;
-        let add = |counter: &IntCounter, now: u64, old: u64| {
-            counter.inc_by(now.saturating_sub(old));
-        };
-        add(&m.tx_packets, now.tx_packets, old.tx_packets);
-        add(&m.tx_bytes, now.tx_bytes, old.tx_bytes);
-        add(&m.rx_packets, now.rx_packets, old.rx_packets);
-        add(&m.rx_bytes, now.rx_bytes, old.rx_bytes);
-        add(&m.lost, now.lost_packets, old.lost_packets);
-        add(&m.stalls, now.stalls, old.stalls);
-        add(&m.cutoffs, now.cutoffs, old.cutoffs);
-        add(&m.resent, now.resent, old.resent);
-        add(&m.probes_sent, now.probes_sent, old.probes_sent);
-        add(&m.probes_received, now.probes_received, old.probes_received);
-        add(&m.opening_bytes, now.opening_bytes, old.opening_bytes);
-        add(&m.loss_reported, now.loss_reported, old.loss_reported);
-        add(&m.loss_repaired, now.loss_repaired, old.loss_repaired);
-        for (k, c) in m.decisions.iter().enumerate() {
-            add(c, now.decisions[k], old.decisions[k]);
-        }
-        self.exported = *now;
-    }
-}
-
 struct UplinkExport {
+    site: String,
+    name: String,
     up: IntGauge,
     standby: IntGauge,
     any_lane_up: bool,
     any_lane_carrying: bool,
-    /// Its gauges as last set (up, standing by), none yet.
-    shown: Option<(bool, bool)>,
 }
 
 impl Export {
@@ -898,8 +835,6 @@ impl Export {
             reseq: Vec::new(),
             lanes: Vec::new(),
             uplinks: Vec::new(),
-            uplink_index: HashMap::new(),
-            copies: 0,
         };
         export.add_sites(engine);
         export
@@ -919,51 +854,40 @@ impl Export {
         }
     }
 
-    /// Lane `lane` came up in `engine`: its metrics are those of its site, uplink and
-    /// colour (a lane that reconnects keeps counting on them). They show from the
-    /// next copy on.
-    pub fn lane_up(&mut self, engine: &DataPath, lane: LaneId) {
-        let Some(report) = engine.lane(lane) else {
-            return;
-        };
-        let (site, uplink) = (engine.site_id(report.site), report.uplink);
+    /// A lane came up: its metrics are those of its site, uplink and colour (a lane
+    /// that reconnects keeps counting on them).
+    pub fn lane_up(&mut self, lane: LaneId, site: &str, uplink: &str, colour: Colour) {
         let slot = lane.0 as usize;
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
         }
-        let key = (site.to_string(), uplink.to_string());
-        let index = match self.uplink_index.get(&key) {
-            Some(&index) => index,
-            None => {
-                let [up, standby] = self.metrics.uplink_gauges(site, uplink);
-                self.uplinks.push(UplinkExport {
-                    up,
-                    standby,
-                    any_lane_up: false,
-                    any_lane_carrying: false,
-                    shown: None,
-                });
-                self.uplink_index.insert(key, self.uplinks.len() - 1);
-                self.uplinks.len() - 1
-            }
-        };
+        let known = self
+            .uplinks
+            .iter()
+            .position(|u| u.site == site && u.name == uplink);
+        let index = known.unwrap_or_else(|| {
+            let [up, standby] = self.metrics.uplink_gauges(site, uplink);
+            self.uplinks.push(UplinkExport {
+                site: site.to_string(),
+                name: uplink.to_string(),
+                up,
+                standby,
+                any_lane_up: false,
+                any_lane_carrying: false,
+            });
+            self.uplinks.len() - 1
+        });
         self.lanes[slot] = Some(LaneExport {
-            site: report.site,
-            metrics: self.metrics.lane(site, uplink, report.view.colour),
+            metrics: self.metrics.lane(site, uplink, colour),
             exported: LaneCounters::default(),
-            shown: None,
-            state: LaneState::Down,
             uplink: index,
         });
     }
 
-    /// A lane is gone: its last counts are copied; its uplink is up while another of
-    /// its lanes is, from the next copy on.
-    pub fn lane_closed(&mut self, engine: &DataPath, lane: LaneId) {
+    /// A lane is gone (copy its last counts first); its uplink is up while another
+    /// of its lanes is, from the next copy on.
+    pub fn lane_closed(&mut self, lane: LaneId) {
         if let Some(slot) = self.lanes.get_mut(lane.0 as usize) {
-            if let Some(l) = slot {
-                l.copy(engine, lane);
-            }
             *slot = None;
         }
     }
@@ -986,8 +910,8 @@ impl Export {
         self.handed_over = counts.handed_over;
     }
 
-    /// Copies what changed since the last call, at `now`.
-    pub fn copy(&mut self, engine: &DataPath, now: Instant) {
+    /// Copies what changed since the last call.
+    pub fn copy(&mut self, engine: &DataPath) {
         self.add_sites(engine);
         for reason in DropReason::ALL {
             let total = engine.dropped(reason);
@@ -1037,20 +961,14 @@ impl Export {
             shown.add_since(&now, exported);
             *exported = now;
         }
-        // A thousand sites' counts, most of them unchanged: those are not touched.
         for (i, (counter, exported)) in self.reordered.iter_mut().enumerate() {
             let total = engine.reordered(SiteIdx(i as u32));
-            if total > *exported {
-                counter.inc_by(total - *exported);
-                *exported = total;
-            }
+            counter.inc_by(total.saturating_sub(*exported));
+            *exported = total;
         }
         let mut holds = self.metrics.reseq_hold.series();
         for (i, (counters, exported)) in self.reseq.iter_mut().enumerate() {
             let now = engine.reseq_counters(SiteIdx(i as u32));
-            if now == exported {
-                continue;
-            }
             for (counter, (_, count)) in counters.iter().zip(RESEQ_OUTCOMES) {
                 counter.inc_by(count(now).saturating_sub(count(exported)));
             }
@@ -1069,93 +987,62 @@ impl Export {
         let lanes_up = i64::try_from(engine.lanes_up()).unwrap_or(i64::MAX);
         self.metrics.add_lanes_up(lanes_up - self.lanes_up);
         self.lanes_up = lanes_up;
-        self.copies = self.copies.wrapping_add(1);
-        for (i, slot) in self.lanes.iter_mut().enumerate() {
-            let Some(l) = slot else { continue };
-            let turn = (self.copies + i as u64).is_multiple_of(QUIET_LANE_COPY_EVERY);
-            if l.shown.is_some() && !turn && engine.site_quiet(l.site, now) {
-                continue;
-            }
-            l.copy(engine, LaneId(i as u32));
-        }
         for u in &mut self.uplinks {
             u.any_lane_up = false;
             u.any_lane_carrying = false;
         }
-        for l in self.lanes.iter().flatten() {
+        for (i, l) in self.lanes.iter_mut().enumerate() {
+            let Some(l) = l else { continue };
+            let Some(lane) = engine.lane(LaneId(i as u32)) else {
+                continue;
+            };
+            let (view, now) = (lane.view, lane.counters);
+            let m = &l.metrics;
             let uplink = &mut self.uplinks[l.uplink];
-            uplink.any_lane_up |= l.state.healthy();
-            uplink.any_lane_carrying |= l.state == LaneState::Up;
+            uplink.any_lane_up |= lane.state.healthy();
+            uplink.any_lane_carrying |= lane.state == LaneState::Up;
+            m.srtt.set(view.srtt.as_secs_f64());
+            m.delay_variation.set(view.delay_variation.as_secs_f64());
+            m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
+            m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
+            // Most of an exit's lanes are idle, their counts unchanged since the
+            // last copy.
+            if *now == l.exported {
+                continue;
+            }
+            let old = l.exported;
+            m.tx_packets
+                .inc_by(now.tx_packets.saturating_sub(old.tx_packets));
+            m.tx_bytes.inc_by(now.tx_bytes.saturating_sub(old.tx_bytes));
+            m.rx_packets
+                .inc_by(now.rx_packets.saturating_sub(old.rx_packets));
+            m.rx_bytes.inc_by(now.rx_bytes.saturating_sub(old.rx_bytes));
+            m.lost
+                .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
+            m.stalls.inc_by(now.stalls.saturating_sub(old.stalls));
+            m.cutoffs.inc_by(now.cutoffs.saturating_sub(old.cutoffs));
+            m.resent.inc_by(now.resent.saturating_sub(old.resent));
+            m.probes_sent
+                .inc_by(now.probes_sent.saturating_sub(old.probes_sent));
+            m.probes_received
+                .inc_by(now.probes_received.saturating_sub(old.probes_received));
+            m.opening_bytes
+                .inc_by(now.opening_bytes.saturating_sub(old.opening_bytes));
+            m.loss_reported
+                .inc_by(now.loss_reported.saturating_sub(old.loss_reported));
+            m.loss_repaired
+                .inc_by(now.loss_repaired.saturating_sub(old.loss_repaired));
+            for (k, c) in m.decisions.iter().enumerate() {
+                c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
+            }
+            l.exported = *now;
         }
         // An uplink is up while a lane of either colour is: the green lanes' path
         // may fail alone.
-        for u in &mut self.uplinks {
-            let shown = (u.any_lane_up, u.any_lane_up && !u.any_lane_carrying);
-            if u.shown != Some(shown) {
-                u.up.set(i64::from(shown.0));
-                u.standby.set(i64::from(shown.1));
-                u.shown = Some(shown);
-            }
+        for u in &self.uplinks {
+            u.up.set(i64::from(u.any_lane_up));
+            u.standby
+                .set(i64::from(u.any_lane_up && !u.any_lane_carrying));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-    use crate::core::engine::{EngineConfig, LaneUp, QUIET_AFTER, SiteSpec, UplinkPolicy};
-    use crate::core::wire::PROBE;
-
-    #[test]
-    fn a_quiet_sites_lanes_are_copied_a_tenth_at_a_time_and_a_closed_lanes_last_counts_at_once() {
-        let metrics = Arc::new(Metrics::new().expect("metrics"));
-        let sites = vec![SiteSpec {
-            id: "s".into(),
-            prefixes: Vec::new(),
-        }];
-        let config = EngineConfig::builder()
-            .sites(sites)
-            .warm_up_lanes(false)
-            .build();
-        let mut engine = DataPath::new(config);
-        let mut export = Export::new(metrics.clone(), &engine);
-        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
-        let up = LaneUp {
-            site: "s",
-            uplink: "u",
-            colour: Colour::Blue,
-            rank: 0,
-            policy: UplinkPolicy::default(),
-            rate_kbps: None,
-        };
-        let lane = engine.handle_lane_up(up, at(0)).expect("a lane");
-        export.lane_up(&engine, lane);
-        let received = || metrics.lane("s", "u", Colour::Blue).probes_received.get();
-        let probe = |engine: &mut DataPath, now| {
-            engine.handle_lane_datagram(lane, Bytes::from_static(&PROBE), now);
-        };
-
-        // An entry's site starts active: its lanes are copied each time.
-        probe(&mut engine, at(100));
-        export.copy(&engine, at(100));
-        assert_eq!(received(), 1);
-
-        let quiet = at(100) + QUIET_AFTER;
-        assert!(engine.site_quiet(SiteIdx(0), quiet));
-        probe(&mut engine, quiet);
-        let copies = (1..=QUIET_LANE_COPY_EVERY).find(|_| {
-            export.copy(&engine, quiet);
-            received() == 2
-        });
-        assert!(
-            copies.is_some_and(|n| n > 1),
-            "a quiet site's lane copied after {copies:?} copies"
-        );
-
-        probe(&mut engine, quiet);
-        export.lane_closed(&engine, lane);
-        assert_eq!(received(), 3, "a closed lane's last counts");
     }
 }

@@ -37,22 +37,15 @@ use super::{DataPath, IDLE_SAMPLE_INTERVAL, Role, SAMPLE_INTERVAL, Transmit};
 /// A site none of whose packets crossed for this long is quiet.
 pub const QUIET_AFTER: Duration = Duration::from_secs(10);
 /// QUIC's keep-alive on the entry's lanes: what keeps a quiet site's lanes open and
-/// shows both ends that they live. The exit's lanes send none of their own. Each is
-/// a packet in and an acknowledgement out at the exit, and several wake-ups: at a
-/// thousand sites (six thousand lanes), one a second was most of an idle exit's CPU
-/// (docs/scale-out.md). A quiet site's lanes need no closer watch: its first packet
-/// makes the site active, and a lane not heard within the active stall bound from
-/// then on is given up. Far below what a NAT forgets a UDP mapping after (30 s and
-/// more).
-pub const QUIET_KEEP_ALIVE: Duration = Duration::from_secs(3);
-/// A quiet site's lane not heard for this long is given up: a keep-alive and the
-/// probes QUIC sends when it goes unacknowledged (a lost one is sent again within a
-/// few round trips) all missed, before QUIC's idle timeout (6 s) closes it.
-pub const QUIET_STALL: Duration = Duration::from_millis(4500);
+/// shows both ends that they live. The exit's lanes send none of their own.
+pub const QUIET_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// A quiet site's lane not heard for this long is given up: two keep-alives and
+/// their acknowledgements missed, before QUIC's idle timeout (3 s) closes it.
+pub const QUIET_STALL: Duration = Duration::from_millis(2500);
 /// How often a quiet site's idle lanes are sampled: as often as their keep-alives
-/// come (each sample takes the connection's lock). A silent one is seen within this
-/// of the stall bound, and its connection closes at QUIC's idle timeout in any case.
-pub const QUIET_SAMPLE_INTERVAL: Duration = QUIET_KEEP_ALIVE;
+/// come. A silent one is seen within a second of the stall bound, and its connection
+/// closes at QUIC's idle timeout (3 s) in any case.
+pub const QUIET_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often an active site's lanes are looked at for a keep-alive: each goes out
 /// between [`KEEP_ALIVE`] and this much later after the lane last sent.
 const KEEP_ALIVE_SCAN: Duration = Duration::from_millis(25);

@@ -143,12 +143,6 @@ impl DataPath {
         &self.sites[site.0 as usize].id
     }
 
-    /// True if none of site `site`'s packets crossed within
-    /// [`QUIET_AFTER`](super::QUIET_AFTER) before `now`.
-    pub fn site_quiet(&self, site: SiteIdx, now: Instant) -> bool {
-        self.sites[site.0 as usize].quiet(now)
-    }
-
     /// Every site by index, served or removed by a reload.
     pub fn sites(&self) -> impl Iterator<Item = (SiteIdx, &str)> {
         self.sites
