@@ -68,9 +68,10 @@ for node in entry exit exit2; do
     [ "$running" = "$built" ] || fail "the $node runs another braid ($running) than the one built ($built)"
 done
 
-# prom EXPR: a Prometheus instant query's result, one "uplink value" line per series.
+# prom EXPR [all]: a Prometheus instant query's result, one "uplink value" line per
+# series ("-" where it has no uplink); with "all", every label instead of the uplink.
 prom() {
-    python3 - "$1" <<'PY'
+    python3 - "$1" "${2:-}" <<'PY'
 import json, sys, urllib.parse, urllib.request
 url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[1]})
 try:
@@ -78,7 +79,9 @@ try:
 except OSError:
     result = []
 for r in result:
-    print(r["metric"].get("uplink", "-"), r["value"][1])
+    labels = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()) if k != "__name__")
+    key = labels if sys.argv[2] == "all" else r["metric"].get("uplink", "-")
+    print(key or "-", r["value"][1])
 PY
 }
 for _ in $(seq 60); do
@@ -95,6 +98,26 @@ shares=$(prom 'sum by (uplink) (increase(braid_lane_rx_bytes_total{role="entry"}
 echo "compose check: one download of 10 s: $mbit Mbit/s; bytes per uplink at the entry:"
 awk '{printf "  %s %.1f MB\n", $1, $2 / 1e6}' <<<"$shares"
 [ "$(echo "$shares" | awk '$2 > 1000000' | wc -l)" = 3 ] || fail "the download did not cross every uplink"
+# What braid dropped, lost and resequenced meanwhile: what explains a low figure.
+counts() {
+    local q
+    for q in "sum by (instance, reason) (increase(braid_packets_dropped_total[15s])) > 0" \
+        "sum by (instance) (increase(braid_lane_lost_packets_total[15s]))" \
+        "sum by (instance, action) (increase(braid_lane_loss_repairs_total[15s]))" \
+        "sum by (outcome) (increase(braid_reseq_packets_total{role=\"entry\"}[15s]))" \
+        "sum(increase(braid_reordered_packets_total{role=\"entry\"}[15s]))"; do
+        prom "$q" all | sed 's/^/    /'
+    done
+    # The downloads' lanes: smoothed RTT (ms), window (kB) and the delay variation
+    # they allow (ms), averaged over the download.
+    for q in srtt_seconds:1000:ms cwnd_bytes:0.001:kB delay_variation_seconds:1000:ms; do
+        IFS=: read -r name scale unit <<<"$q"
+        prom "avg_over_time(braid_lane_$name{role=\"exit\",colour=\"blue\"}[12s]) > 0" all |
+            awk -v s="$scale" -v u="$unit" -v n="$name" '{ printf "    %s %s %.1f %s\n", n, $1, $2 * s, u }'
+    done
+}
+echo "compose check: braid's counts over the download:"
+counts
 # The uplinks carry 98 Mbit/s; braid gets about 88 of it here. Below the floor it
 # gives no more than its best uplink (50 Mbit/s) alone.
 floor=${COMPOSE_MIN_MBIT:-55}
@@ -131,6 +154,9 @@ sleep 2 # the server's return route follows (docker/node.sh server)
 out=$(compose exec -T client iperf3 -c 198.18.100.2 --reverse --time 10 --json) || fail "iperf3 through the second exit failed"
 mbit2=$(python3 -c 'import json, sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6, 1))' <<<"$out")
 echo "compose check: the first exit stopped: every lane on the second, one download of 10 s: $mbit2 Mbit/s"
+sleep 2 # the last scrape
+echo "compose check: braid's counts over the download:"
+counts
 python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$mbit2" "$floor" ||
     fail "the download through the second exit got $mbit2 Mbit/s, under the floor of $floor"
 compose start exit >/dev/null 2>&1 || fail "starting the first exit again failed"
