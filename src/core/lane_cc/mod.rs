@@ -21,14 +21,18 @@
 //! full whatever the lane does: in the testbed a lane next to one CUBIC flow fell to
 //! nothing. So, as Copa does, the delay cap applies only while its reductions work: a
 //! queue that stays long while the lane backs off is someone else's, and the lane
-//! then competes as NewReno until the queue drains again. Two signs tell it: no round
+//! then competes as NewReno until the queue drains again. Signs tell it: no round
 //! trip below the target for [`compete_after`], or [`FUTILE_CUTS`] reductions in a
 //! row, one per round trip, none of which shrank the queue by a quarter. The second
 //! is the quick one: a background flow that holds the uplink's queue just over the
 //! lane's target lets a round trip under the target through now and then, while the
 //! lane, cut every round trip, falls to nothing and the background flow takes the
 //! uplink. Its own queue, even behind a slow start's overshoot, falls faster than
-//! that after each reduction.
+//! that after each reduction. A third sign catches what the second misses where
+//! round trips stay above their lowest however little the lane sends (gateways
+//! sharing their cores with the link emulators under a download), and every second
+//! acknowledgement finds the queue under the target: a series of reductions that
+//! halved the window without shortening the queue ([`LaneWindow::cut_is_futile`]).
 //!
 //! A lane that competed grows back fast once the cross traffic leaves, as Copa's
 //! velocity does: until the delay cap next reduces it, congestion avoidance's
@@ -124,6 +128,24 @@ pub fn compete_after(min_rtt: Duration) -> Duration {
     (min_rtt * 20).max(Duration::from_millis(500))
 }
 
+/// See [`LaneWindow::cut_is_futile`].
+#[derive(Debug, Clone, Copy)]
+struct CutSeries {
+    /// The window before the first reduction, and after it.
+    before: u64,
+    after: u64,
+    /// The queue the first reduction was for.
+    queue: Duration,
+    /// When the last reduction of the series came.
+    last: Instant,
+}
+
+/// Round trips without a reduction by the delay cap that end a series of them: the
+/// cap holding a lane's own queue near its target cuts it every five or so, as
+/// congestion avoidance grows the window back between; round trips that sit above
+/// their lowest get it cut every one or two.
+const CUT_SERIES_GAP: u32 = 4;
+
 #[derive(Debug, Clone)]
 pub struct LaneWindow {
     window: u64,
@@ -142,6 +164,11 @@ pub struct LaneWindow {
     futile_cuts: u32,
     /// The queue at the delay cap's last reduction in a row; `Duration::MAX` when none.
     last_cut_queue: Duration,
+    /// The delay cap's reductions since the window last stood as large as before the
+    /// first of them, the smoothed RTT last showed the queue drained to half the
+    /// target, or [`CUT_SERIES_GAP`] round trips passed without one (see
+    /// [`LaneWindow::cut_is_futile`]).
+    cut_series: Option<CutSeries>,
     /// The lane competed with cross traffic, and its delay cap has not reduced it
     /// since. A loss does not end this: the cross traffic's own queue overflows now
     /// and then while it leaves.
@@ -186,6 +213,7 @@ impl LaneWindow {
             calm_at: now,
             futile_cuts: 0,
             last_cut_queue: Duration::MAX,
+            cut_series: None,
             regaining: false,
             velocity: 1,
             round_start: now,
@@ -271,6 +299,7 @@ impl LaneWindow {
             // The cap's reductions before the variation was known took it for a
             // queue: the lane slow-starts again from what they left.
             self.ssthresh = u64::MAX;
+            self.cut_series = None;
         }
         self.variation_in_force = variation;
 
@@ -292,6 +321,14 @@ impl LaneWindow {
         // filled the uplink's buffer as NewReno (docs/design/lane-congestion-control.md).
         if sample.saturating_sub(floor) < target {
             self.calm_at = now;
+        }
+        let gap = srtt * CUT_SERIES_GAP;
+        if srtt.saturating_sub(floor) <= target / 2
+            || self
+                .cut_series
+                .is_some_and(|c| now.saturating_since(c.last) > gap)
+        {
+            self.cut_series = None;
         }
         let competing = now.saturating_since(self.calm_at) > compete_after(min_rtt)
             || self.futile_cuts >= FUTILE_CUTS;
@@ -325,6 +362,16 @@ impl LaneWindow {
             self.futile_cuts = 0;
             self.last_cut_queue = Duration::MAX;
         } else if !competing {
+            if !app_limited && self.cut_is_futile(queue) {
+                // The series goes on: the cap would have cut.
+                if let Some(c) = &mut self.cut_series {
+                    c.last = now;
+                }
+                self.futile_cuts = FUTILE_CUTS;
+                self.competing = true;
+                return;
+            }
+            let before = self.window;
             // Scale the window to what leaves half the target queued: srtt is
             // floor + queue, so one step drains the excess even after slow start
             // overshot by a large factor.
@@ -332,6 +379,14 @@ impl LaneWindow {
             let num = u64::try_from(keep).unwrap_or(u64::MAX);
             let den = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1);
             self.reduce(now, (num.min(den), den));
+            self.cut_series
+                .get_or_insert(CutSeries {
+                    before,
+                    after: self.window,
+                    queue,
+                    last: now,
+                })
+                .last = now;
             // A queue the lane drains falls by more than a quarter each round trip.
             if queue.as_nanos() * 4 >= self.last_cut_queue.as_nanos() * 3 {
                 self.futile_cuts += 1;
@@ -364,6 +419,27 @@ impl LaneWindow {
                 self.window += self.mtu * self.velocity;
             }
         }
+        if self.cut_series.is_some_and(|c| self.window >= c.before) {
+            self.cut_series = None;
+        }
+    }
+
+    /// Whether a reduction by the delay cap, for `queue`, would be futile: since its
+    /// first reduction of the series, which scaled the window to drain the queue it
+    /// saw, the cap has halved the window again, and the queue stands as long as it
+    /// did then (not a quarter shorter). The lane's own queue would have drained;
+    /// this one is someone else's, or the path's round trips sit above their lowest
+    /// however little the lane sends (gateways that share their cores with a
+    /// download's other hops: in the compose testbed, 3 to 20 ms above the lowest).
+    /// Cut on, such a lane fell to a fifth of its path within three seconds, its
+    /// queue in braid overflowed and one download through three uplinks got less
+    /// than the fastest alone; the rule for reductions in a row ([`FUTILE_CUTS`])
+    /// does not see it, since every second acknowledgement finds the queue under
+    /// the target.
+    fn cut_is_futile(&self, queue: Duration) -> bool {
+        self.cut_series.is_some_and(|c| {
+            self.window * 2 <= c.after && queue.as_nanos() * 4 >= c.queue.as_nanos() * 3
+        })
     }
 
     /// The lane's uplink has a known rate, `rate` bytes per second, to which braid's
@@ -679,6 +755,62 @@ mod tests {
         let start = queued.window();
         let after = windows_over_round_trips(&mut queued, 30..=37, ms(4));
         assert_eq!(after[7], start + 8 * 1200, "{after:?}");
+    }
+
+    #[test]
+    fn round_trips_that_stay_above_the_lowest_however_small_the_window_do_not_starve_it() {
+        // A 50 Mbit/s uplink 30 ms away whose round trips sit 3 to 8 ms above their
+        // lowest whatever the lane sends (gateways sharing two cores with the link
+        // emulators under a download): the smoothed RTT hovers just above the 5 ms
+        // target, and every second acknowledgement finds the queue under it.
+        let mut w = LaneWindow {
+            ssthresh: 240_000,
+            ..LaneWindow::new(240_000, 1200, at(0))
+        };
+        for round in 0..60u64 {
+            let start = round * 36 * MS;
+            let packets = w.window().div_ceil(1200);
+            for i in 1..=packets {
+                let sent = Instant::from_nanos(start + i * 10_000);
+                let above = if i % 2 == 0 { ms(3) } else { ms(8) };
+                w.on_ack(
+                    sent + ms(30) + above,
+                    sent,
+                    1200,
+                    false,
+                    Duration::from_micros(35_500),
+                    ms(30),
+                );
+            }
+        }
+        // The cap takes half of what its first reduction left, then stops.
+        assert!(w.window() >= 240_000 * 2 / 5, "{}", w.window());
+
+        // The lane's own queue still drains: halving the window shortened it.
+        let mut own = LaneWindow::new(600_000, 1200, at(0));
+        let after = windows_under_queues(&mut own, &[60, 40, 25, 15, 10, 9, 9, 9]);
+        assert!(after[8] < 150_000, "{after:?}");
+    }
+
+    #[test]
+    fn reductions_four_round_trips_apart_are_no_series() {
+        // A cut for 6 ms queued over a 30 ms path (5 ms target), two losses that
+        // take the window under half of what it left, then 6 ms queued again.
+        let again_at = |ack: u64| {
+            let mut w = LaneWindow::new(100_000, 1200, at(0));
+            w.on_ack(at(100), at(64), 1200, false, ms(36), ms(30));
+            let after = w.window();
+            w.on_loss(at(150), at(120), 1200, false);
+            w.on_loss(at(200), at(170), 1200, false);
+            assert!(w.window() * 2 <= after, "{} of {after}", w.window());
+            let before = w.window();
+            w.on_ack(at(ack), at(ack - 36), 1200, false, ms(36), ms(30));
+            (before, w.window())
+        };
+        let (before, after) = again_at(240);
+        assert_eq!(after, before, "3.9 round trips after the cut: futile");
+        let (before, after) = again_at(250);
+        assert!(after < before, "4.2 round trips after it: a new series");
     }
 
     #[test]
