@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::control::metrics::{AppMetrics, Metrics};
+use crate::control::metrics::{AppMetrics, Metrics, count_since};
 use crate::core::app_pacing::{AppCounters, AppPacing};
 use crate::core::engine::{DataPath, SiteIdx};
 use crate::core::pacing_table::{AppIdx, Direction};
@@ -163,33 +163,22 @@ impl AppStats {
             for (i, c) in counters.iter_mut().enumerate() {
                 let app = AppIdx(i as u32);
                 let now = engine.app_counters(site, app);
-                c.paced
-                    .tx_bytes
-                    .inc_by(now.paced_bytes.saturating_sub(c.exported.paced_bytes));
-                c.other
-                    .tx_bytes
-                    .inc_by(now.other_bytes.saturating_sub(c.exported.other_bytes));
-                c.other.duplicates_dropped.inc_by(
-                    now.duplicates_dropped
-                        .saturating_sub(c.exported.duplicates_dropped),
+                let (m, other, was) = (&c.paced, &c.other, &c.exported);
+                count_since(&m.tx_bytes, now.paced_bytes, was.paced_bytes);
+                count_since(&other.tx_bytes, now.other_bytes, was.other_bytes);
+                let dropped = &other.duplicates_dropped;
+                count_since(dropped, now.duplicates_dropped, was.duplicates_dropped);
+                count_since(&m.drops, now.drops, was.drops);
+                count_since(&m.steered_off, now.steered_off, was.steered_off);
+                count_since(&m.duplicates, now.duplicates, was.duplicates);
+                count_since(&m.duplicate_bytes, now.duplicate_bytes, was.duplicate_bytes);
+                count_since(&m.over_budget, now.over_budget, was.over_budget);
+                count_since(&m.deadlines_met, now.deadlines_met, was.deadlines_met);
+                count_since(
+                    &m.deadlines_missed,
+                    now.deadlines_missed,
+                    was.deadlines_missed,
                 );
-                c.paced
-                    .drops
-                    .inc_by(now.drops.saturating_sub(c.exported.drops));
-                let m = &c.paced;
-                let was = &c.exported;
-                m.steered_off
-                    .inc_by(now.steered_off.saturating_sub(was.steered_off));
-                m.duplicates
-                    .inc_by(now.duplicates.saturating_sub(was.duplicates));
-                m.duplicate_bytes
-                    .inc_by(now.duplicate_bytes.saturating_sub(was.duplicate_bytes));
-                m.over_budget
-                    .inc_by(now.over_budget.saturating_sub(was.over_budget));
-                m.deadlines_met
-                    .inc_by(now.deadlines_met.saturating_sub(was.deadlines_met));
-                m.deadlines_missed
-                    .inc_by(now.deadlines_missed.saturating_sub(was.deadlines_missed));
                 c.exported = now;
                 let queue = engine.pacing().queued_bytes(site, app);
                 c.paced

@@ -759,6 +759,12 @@ impl Collector for SharedCollector {
     }
 }
 
+/// Grows `counter` by what the engine counted since the last copy: `now` against
+/// `exported` (a count below the last copy adds nothing).
+pub(super) fn count_since(counter: &IntCounter, now: u64, exported: u64) {
+    counter.inc_by(now.saturating_sub(exported));
+}
+
 /// Copies a data path's counters and lane state into the metrics (the engine counts
 /// in plain integers; the metrics grow by the difference since the last copy, so that
 /// an exit's data-path threads, each with its own `Export`, add up). The first drop of
@@ -963,14 +969,14 @@ impl Export {
         }
         for (i, (counter, exported)) in self.reordered.iter_mut().enumerate() {
             let total = engine.reordered(SiteIdx(i as u32));
-            counter.inc_by(total.saturating_sub(*exported));
+            count_since(counter, total, *exported);
             *exported = total;
         }
         let mut holds = self.metrics.reseq_hold.series();
         for (i, (counters, exported)) in self.reseq.iter_mut().enumerate() {
             let now = engine.reseq_counters(SiteIdx(i as u32));
             for (counter, (_, count)) in counters.iter().zip(RESEQ_OUTCOMES) {
-                counter.inc_by(count(now).saturating_sub(count(exported)));
+                count_since(counter, count(now), count(exported));
             }
             // Another thread's site: its histogram is that thread's to show.
             if let Some((_, shown)) = holds.get_mut(i)
@@ -1011,29 +1017,21 @@ impl Export {
                 continue;
             }
             let old = l.exported;
-            m.tx_packets
-                .inc_by(now.tx_packets.saturating_sub(old.tx_packets));
-            m.tx_bytes.inc_by(now.tx_bytes.saturating_sub(old.tx_bytes));
-            m.rx_packets
-                .inc_by(now.rx_packets.saturating_sub(old.rx_packets));
-            m.rx_bytes.inc_by(now.rx_bytes.saturating_sub(old.rx_bytes));
-            m.lost
-                .inc_by(now.lost_packets.saturating_sub(old.lost_packets));
-            m.stalls.inc_by(now.stalls.saturating_sub(old.stalls));
-            m.cutoffs.inc_by(now.cutoffs.saturating_sub(old.cutoffs));
-            m.resent.inc_by(now.resent.saturating_sub(old.resent));
-            m.probes_sent
-                .inc_by(now.probes_sent.saturating_sub(old.probes_sent));
-            m.probes_received
-                .inc_by(now.probes_received.saturating_sub(old.probes_received));
-            m.opening_bytes
-                .inc_by(now.opening_bytes.saturating_sub(old.opening_bytes));
-            m.loss_reported
-                .inc_by(now.loss_reported.saturating_sub(old.loss_reported));
-            m.loss_repaired
-                .inc_by(now.loss_repaired.saturating_sub(old.loss_repaired));
+            count_since(&m.tx_packets, now.tx_packets, old.tx_packets);
+            count_since(&m.tx_bytes, now.tx_bytes, old.tx_bytes);
+            count_since(&m.rx_packets, now.rx_packets, old.rx_packets);
+            count_since(&m.rx_bytes, now.rx_bytes, old.rx_bytes);
+            count_since(&m.lost, now.lost_packets, old.lost_packets);
+            count_since(&m.stalls, now.stalls, old.stalls);
+            count_since(&m.cutoffs, now.cutoffs, old.cutoffs);
+            count_since(&m.resent, now.resent, old.resent);
+            count_since(&m.probes_sent, now.probes_sent, old.probes_sent);
+            count_since(&m.probes_received, now.probes_received, old.probes_received);
+            count_since(&m.opening_bytes, now.opening_bytes, old.opening_bytes);
+            count_since(&m.loss_reported, now.loss_reported, old.loss_reported);
+            count_since(&m.loss_repaired, now.loss_repaired, old.loss_repaired);
             for (k, c) in m.decisions.iter().enumerate() {
-                c.inc_by(now.decisions[k].saturating_sub(old.decisions[k]));
+                count_since(c, now.decisions[k], old.decisions[k]);
             }
             l.exported = *now;
         }
