@@ -32,7 +32,8 @@
 //! round trips stay above their lowest however little the lane sends (gateways
 //! sharing their cores with the link emulators under a download), and every second
 //! acknowledgement finds the queue under the target: a series of reductions that
-//! halved the window without shortening the queue ([`LaneWindow::cut_is_futile`]).
+//! halved the window without shortening a queue shorter than the path's round trip
+//! ([`LaneWindow::cut_is_futile`]).
 //!
 //! A lane that competed grows back fast once the cross traffic leaves, as Copa's
 //! velocity does: until the delay cap next reduces it, congestion avoidance's
@@ -362,7 +363,7 @@ impl LaneWindow {
             self.futile_cuts = 0;
             self.last_cut_queue = Duration::MAX;
         } else if !competing {
-            if !app_limited && self.cut_is_futile(queue) {
+            if !app_limited && self.cut_is_futile(queue, floor) {
                 // The series goes on: the cap would have cut.
                 if let Some(c) = &mut self.cut_series {
                     c.last = now;
@@ -435,10 +436,18 @@ impl LaneWindow {
     /// queue in braid overflowed and one download through three uplinks got less
     /// than the fastest alone; the rule for reductions in a row ([`FUTILE_CUTS`])
     /// does not see it, since every second acknowledgement finds the queue under
-    /// the target.
-    fn cut_is_futile(&self, queue: Duration) -> bool {
+    /// the target. Only for a queue shorter than the path's own round trip (`floor`):
+    /// then halving the window cut into what the path carries, and the uplink
+    /// idles. A longer queue leaves the path full at half the window, so cutting
+    /// costs the lane nothing, and a queue that cutting does not shorten is left to
+    /// the rule for reductions in a row: four downloads over unshaped uplinks at
+    /// 2 Gbit/s (a path of a millisecond, the gateways' busy cores queueing tens)
+    /// lost a tenth of their goodput when their lanes competed there instead.
+    fn cut_is_futile(&self, queue: Duration, floor: Duration) -> bool {
         self.cut_series.is_some_and(|c| {
-            self.window * 2 <= c.after && queue.as_nanos() * 4 >= c.queue.as_nanos() * 3
+            self.window * 2 <= c.after
+                && queue.as_nanos() * 4 >= c.queue.as_nanos() * 3
+                && c.queue.max(queue) < floor
         })
     }
 
@@ -662,6 +671,22 @@ mod tests {
         assert!(after[7] > 90_000, "{after:?}");
         // All within 1 s: before the queue has stayed long for compete_after.
         assert!(compete_after(ms(60)) > ms(1_000));
+    }
+
+    #[test]
+    fn a_queue_longer_than_the_path_is_judged_by_the_cuts_in_a_row() {
+        // Over a 2 ms path, round trips 12 ms above it however little the lane
+        // sends (gateways whose cores are busy): each cut takes the window to a
+        // third, the path stays full, and the lane yields for FUTILE_CUTS cuts in a
+        // row before it competes, as it does beside a queue just over the target.
+        let mut w = LaneWindow::new(1_350_000, 1200, at(0));
+        let mut cuts = 0;
+        for i in 1..=8u64 {
+            let (before, sent) = (w.window(), at(i * 30));
+            w.on_ack(sent + ms(14), sent, 1200, false, ms(14), ms(2));
+            cuts += usize::from(w.window() < before);
+        }
+        assert_eq!(cuts, 5, "then it competes: {}", w.window());
     }
 
     #[test]
