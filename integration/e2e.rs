@@ -632,6 +632,15 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// The testbed's exit at `peer`, as a lane opened by hand dials it.
+fn exit_address(peer: std::net::SocketAddr) -> braid::lane::client::ExitAddress<'static> {
+    braid::lane::client::ExitAddress {
+        peer,
+        name: "exit",
+        answer_within: braid::lane::HELLO_TIMEOUT,
+    }
+}
+
 fn tls_client(
     dir: &std::path::Path,
     ca_dir: &std::path::Path,
@@ -692,7 +701,8 @@ fn the_exit_refuses_foreign_and_out_of_date_certificates_false_site_ids_and_garb
                 let h = hello(site);
                 async move {
                     let config = braid::lane::client::quic_config(tls, false, Default::default())?;
-                    braid::lane::client::open_lane(any, None, 0, exit, "exit", config, &h).await
+                    braid::lane::client::open_lane(any, None, 0, exit_address(exit), config, &h)
+                        .await
                 }
             };
             let foreign_ca = open(tls_client(&foreign, &state, "site1"), "site1").await;
@@ -1449,6 +1459,7 @@ fn lanes_come_back_when_the_exit_restarts() {
     tb.start();
     let pid = tb.gateway_pid("exit");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let stopped_at = std::time::Instant::now();
     let stopped = (0..50).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
         nix::sys::signal::kill(pid, None).is_err()
@@ -1464,12 +1475,18 @@ fn lanes_come_back_when_the_exit_restarts() {
         tb.admin_get("en", "/healthz").0 == 503
     });
     assert!(down, "/healthz did not report the lost lanes");
+    // Out for 6 s, as an upgrade may keep it: the entry's attempts send an Initial at
+    // least every second by then. Attempts that waited for quinn's resends of their
+    // Initial (after 1, 2, then 4 s) found the exit more than 2 s after its return
+    // here, in each of four runs.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(stopped_at.elapsed()));
 
     let config = tb.path("exit.toml").display().to_string();
     let exit = tb.spawn("ex", &[braid_bin(), "run", "--config", &config], Ready::Now);
     let started = std::time::Instant::now();
-    // Measured 0.5 s (the redial's backoff starts at 200 ms); 2 s allow for a busy
-    // machine.
+    // The exit's start, the wait for the next Initial (at most a second) and the
+    // handshake: measured 0.2-0.6 s as the exit's return falls between the Initials;
+    // 2 s allow for a busy machine.
     let back = (0..20).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
         (1..=3).all(|i| {
@@ -2320,7 +2337,8 @@ fn an_exits_reload_removes_and_adds_sites_and_rotates_its_certificates() {
                 };
                 let opened = async {
                     let config = braid::lane::client::quic_config(tls, false, Default::default())?;
-                    braid::lane::client::open_lane(any, None, 0, exit, "exit", config, &hello).await
+                    braid::lane::client::open_lane(any, None, 0, exit_address(exit), config, &hello)
+                        .await
                 };
                 opened.await.map(|_| ()).map_err(|e| format!("{e:#}"))
             })
@@ -2805,10 +2823,12 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         drops <= 5,
         "the uplink's bottleneck dropped {drops} packets"
     );
-    // Green leaves the exit's shaper within 10 ms (measured: 3 ms at p99); blue waits
-    // behind the downloads.
+    // Green, a sliver of the traffic, goes first whenever both colours can wait (g
+    // near 1): measured 2.9-3.4 ms at p99. A green that waits until its 10 ms deadline
+    // forces it out (DSD without its biased coin) measured 8.5 ms on average and 11 ms
+    // at p99. Blue waits behind the downloads.
     assert!(
-        green_p99 < 10.0,
+        green_p99 < 6.0,
         "green pings {green_p99:.1} ms above idle at p99"
     );
     assert!(

@@ -1,33 +1,36 @@
-//! When an entry dials its lane again, and how long one attempt may take. Pure: the
-//! shell reports what happened and sleeps and times out as told.
+//! When an entry dials its lane again, and how long the exit may take to answer.
+//! Pure: the shell reports what happened and sleeps and times out as told.
 //!
-//! A lost Initial is resent by quinn after 1 s, then 2 s, then 4 s, so a path that
-//! came back during a long outage would wait for those resends; short attempts and a
-//! short backoff find it within about a second instead. Backoff grows while
-//! attempts fail or lanes die young, and starts over after a lane that lasted.
+//! quinn resends a lost Initial after 1 s, then 2 s, then 4 s: an attempt still
+//! waiting for the exit's first answer when the exit returns waits for the next
+//! resend, up to 4 s after an exit gone for long. So an attempt gets a short time for
+//! the exit's first answer (its Initial and the exit's first flight), and the whole
+//! handshake and hello limit only once the exit answered: a path slower than it was
+//! still connects, and a path that is down is tried afresh within the backoff, which
+//! grows while attempts fail or lanes die young and starts over after a lane that
+//! lasted.
 
 use std::time::Duration;
 
 /// The first wait between attempts; it doubles up to [`MAX_BACKOFF`].
 pub const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// Short: a path that returns must be used again within two seconds, and a failed
-/// attempt costs a few Initial packets.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// The least one attempt (handshake and hello) may take once the uplink's round trip
-/// is known; four round trips if longer.
-pub const SHORT_ATTEMPT: Duration = Duration::from_millis(1500);
-/// Every this many attempts in a row, one may take the whole long limit: the path
-/// may have become slower than it was.
-pub const LONG_ATTEMPT_EVERY: u32 = 3;
+/// attempt costs a few Initial packets. An attempt sends its Initial at once and
+/// again after 1 s (quinn's first resend); with this wait before the next, an Initial
+/// leaves at least every second while the exit is away.
+pub const MAX_BACKOFF: Duration = Duration::from_millis(500);
+/// The least time the exit's first answer may take; four round trips of the last
+/// lane if longer. A path whose round trip is longer was never dialled: no lane over
+/// it would carry anything useful.
+pub const FIRST_ANSWER: Duration = Duration::from_millis(1500);
 /// A lane that stayed up this long starts the next backoff from the minimum again.
 pub const STABLE_LANE: Duration = Duration::from_secs(10);
 
 /// The dialing state of one uplink and colour.
 #[derive(Debug)]
 pub struct Redial {
-    /// The limit of an attempt before any round trip is known, and of every
-    /// [`LONG_ATTEMPT_EVERY`]th one.
-    long_attempt: Duration,
+    /// The longest the exit's first answer may take, however slow the last lane.
+    longest_answer: Duration,
     backoff: Duration,
     /// Failed attempts in a row.
     failures: u32,
@@ -36,24 +39,20 @@ pub struct Redial {
 }
 
 impl Redial {
-    pub fn new(long_attempt: Duration) -> Redial {
+    pub fn new(longest_answer: Duration) -> Redial {
         Redial {
-            long_attempt,
+            longest_answer,
             backoff: MIN_BACKOFF,
             failures: 0,
             last_rtt: Duration::ZERO,
         }
     }
 
-    /// How long the next attempt may take.
-    pub fn attempt_limit(&self) -> Duration {
-        if self.last_rtt.is_zero() || self.failures % LONG_ATTEMPT_EVERY == LONG_ATTEMPT_EVERY - 1 {
-            self.long_attempt
-        } else {
-            (4 * self.last_rtt)
-                .max(SHORT_ATTEMPT)
-                .min(self.long_attempt)
-        }
+    /// How long the next attempt may wait for the exit's first answer.
+    pub fn answer_limit(&self) -> Duration {
+        (4 * self.last_rtt)
+            .max(FIRST_ANSWER)
+            .min(self.longest_answer)
     }
 
     /// An attempt failed; returns how many failed in a row (the first is worth a
@@ -93,32 +92,29 @@ mod tests {
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
     #[test]
-    fn attempts_are_long_until_a_round_trip_is_known_then_short_but_every_third() {
+    fn the_exit_may_take_four_round_trips_of_the_last_lane_to_answer_never_less_than_the_floor() {
         let mut r = Redial::new(LONG);
-        assert_eq!(r.attempt_limit(), LONG, "no round trip known yet");
+        assert_eq!(r.answer_limit(), FIRST_ANSWER, "no round trip known yet");
         r.connected();
         r.lane_down(MS(500), MS(20));
-        assert_eq!(r.attempt_limit(), SHORT_ATTEMPT);
-        r.failed();
-        assert_eq!(r.attempt_limit(), SHORT_ATTEMPT);
-        r.failed();
-        assert_eq!(r.attempt_limit(), LONG, "the third in a row");
-        r.failed();
-        assert_eq!(r.attempt_limit(), SHORT_ATTEMPT);
+        for _ in 0..5 {
+            r.failed();
+            assert_eq!(r.answer_limit(), FIRST_ANSWER, "however many failed");
+        }
         // A slow path: four of its round trips.
         r.lane_down(MS(500), MS(600));
-        assert_eq!(r.attempt_limit(), MS(2400));
+        assert_eq!(r.answer_limit(), MS(2400));
         r.lane_down(MS(500), MS(2000));
-        assert_eq!(r.attempt_limit(), LONG, "never more than the long limit");
+        assert_eq!(r.answer_limit(), LONG, "never more than the longest");
     }
 
     #[test]
-    fn backoff_doubles_to_a_second_and_starts_over_after_a_lane_that_lasted() {
+    fn backoff_doubles_to_half_a_second_and_starts_over_after_a_lane_that_lasted() {
         let mut r = Redial::new(LONG);
         let waits: Vec<_> = (0..5).map(|_| r.next_wait()).collect();
-        assert_eq!(waits, [MS(200), MS(400), MS(800), MS(1000), MS(1000)]);
+        assert_eq!(waits, [MS(200), MS(400), MS(500), MS(500), MS(500)]);
         r.lane_down(STABLE_LANE - MS(1), MS(20));
-        assert_eq!(r.next_wait(), MS(1000), "a lane that died young");
+        assert_eq!(r.next_wait(), MS(500), "a lane that died young");
         r.lane_down(STABLE_LANE, MS(20));
         assert_eq!(r.next_wait(), MIN_BACKOFF);
     }

@@ -329,13 +329,10 @@ impl Dialer {
                     settle(&shutdown).await;
                 }
                 let link = self.link_now();
-                let limit = redial.attempt_limit();
                 let exit = self.exit.as_ref().map_or(0, ExitFollow::chosen);
                 let mut follow = self.exit.clone();
                 let attempt = tokio::select! {
-                    r = tokio::time::timeout(limit, self.connect(exit)) => r.unwrap_or_else(|_| {
-                        Err(anyhow!("no lane within {limit:?} (handshake and hello)"))
-                    }),
+                    r = self.connect(exit, redial.answer_limit()) => r,
                     () = shutdown.cancelled() => return,
                     // Every lane moves: this attempt is for an exit left behind.
                     () = until_exit_moves(&mut follow, exit) => continue,
@@ -419,16 +416,20 @@ impl Dialer {
     }
 
     /// One attempt to exit `exit` of the list: resolve, bind to the uplink,
-    /// handshake, hello.
+    /// handshake, hello; the name resolved and the exit's first answer each within
+    /// `answer_within`.
     pub async fn connect(
         &self,
         exit: usize,
+        answer_within: Duration,
     ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint, Arc<KnownUplink>)> {
         let target = self
             .exits
             .get(exit)
             .with_context(|| format!("no exit {exit} in the configuration"))?;
-        let peer = self.resolve(&target.peer).await?;
+        let peer = tokio::time::timeout(answer_within, self.resolve(&target.peer))
+            .await
+            .map_err(|_| anyhow!("{} not resolved within {answer_within:?}", target.peer))??;
         let hello = Hello {
             version: PROTOCOL_VERSION,
             site: self.site.clone(),
@@ -460,8 +461,11 @@ impl Dialer {
             bind,
             Some(&self.uplink.interface),
             self.dscp,
-            peer,
-            &target.name,
+            ExitAddress {
+                peer,
+                name: &target.name,
+                answer_within,
+            },
             config,
             &hello,
         )
@@ -547,23 +551,41 @@ async fn until_link_changes(link: &mut Option<watch::Receiver<LinkView>>, seen: 
     }
 }
 
+/// The exit a lane is opened to.
+pub struct ExitAddress<'a> {
+    pub peer: SocketAddr,
+    /// The name its certificate must carry.
+    pub name: &'a str,
+    /// How long its answer to the first Initial may take ([`crate::core::redial`]
+    /// says why this is short).
+    pub answer_within: Duration,
+}
+
 /// Opens one lane: a QUIC connection with `config` from `bind` (on `device`, if
-/// given) to the exit at `peer`, whose certificate must name `exit_name`, with `dscp`
-/// in the outer header of its datagrams, and the hello exchange.
+/// given) to `exit`, with `dscp` in the outer header of its datagrams, and the hello
+/// exchange.
 pub async fn open_lane(
     bind: SocketAddr,
     device: Option<&str>,
     dscp: u8,
-    peer: SocketAddr,
-    exit_name: &str,
+    exit: ExitAddress<'_>,
     config: quinn::ClientConfig,
     hello: &Hello,
 ) -> anyhow::Result<(quinn::Connection, quinn::Endpoint)> {
+    let ExitAddress {
+        peer,
+        name,
+        answer_within,
+    } = exit;
     let socket = udp_socket(bind, device)?;
     let endpoint = endpoint(socket, None, Arc::new(Marking::Fixed(dscp)))?;
-    let connecting = endpoint
-        .connect_with(config, peer, exit_name)
+    let mut connecting = endpoint
+        .connect_with(config, peer, name)
         .with_context(|| format!("connecting to {peer}"))?;
+    tokio::time::timeout(answer_within, connecting.handshake_data())
+        .await
+        .map_err(|_| anyhow!("no answer from {peer} within {answer_within:?}"))?
+        .with_context(|| format!("handshake with {peer}"))?;
     let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
         .await
         .map_err(|_| anyhow!("no handshake with {peer} within {HELLO_TIMEOUT:?}"))?

@@ -223,16 +223,15 @@ impl Watch {
             // their cost, nor one whose interface is down.
             for dialer in dialers.iter().filter(|d| d.may_dial()) {
                 let attempt = tokio::select! {
-                    r = tokio::time::timeout(redial.attempt_limit(), dialer.connect(self.exit)) => r,
+                    r = dialer.connect(self.exit, redial.answer_limit()) => r,
                     () = stop.cancelled() => return,
                 };
                 match attempt {
-                    Ok(Ok((conn, endpoint, _))) => {
+                    Ok((conn, endpoint, _)) => {
                         up = Some((conn, endpoint));
                         break;
                     }
-                    Ok(Err(e)) => debug!(error = format!("{e:#}"), "no watch connection"),
-                    Err(_) => debug!("no watch connection within the attempt's limit"),
+                    Err(e) => debug!(error = format!("{e:#}"), "no watch connection"),
                 }
             }
             match up {
