@@ -1507,6 +1507,43 @@ fn lanes_come_back_when_the_exit_restarts() {
     );
     ping_ok(&tb, "cl", SERVER_V4, 10);
 
+    // A crash says nothing to the entry: the restarted exit resets the lanes of the one
+    // before it at their first packet, and they are back long before QUIC's idle
+    // timeout (3 s) would have closed them.
+    let count = |tb: &Testbed, what: &str| tb.log("site1.log").matches(what).count();
+    let (resets, ups) = (
+        count(&tb, "reason=reset by peer"),
+        count(&tb, "lane up peer="),
+    );
+    let pid = nix::unistd::Pid::from_raw(tb.child_pid(exit) as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    // Dead once its last thread has closed its sockets (the test reaps it when the
+    // testbed goes down).
+    let dead = eventually(Duration::from_secs(5), || {
+        let sockets = tb.ok(
+            "ex",
+            &["ss", "-Hlntu", "( sport = :4433 or sport = :9190 )"],
+        );
+        sockets.trim().is_empty()
+    });
+    assert!(dead, "the exit's sockets outlived SIGKILL");
+    let exit = tb.spawn("ex", &[braid_bin(), "run", "--config", &config], Ready::Now);
+    let started = std::time::Instant::now();
+    // Site1's six lanes (three uplinks, two colours), each reset and dialled again.
+    let back = eventually(Duration::from_secs(3), || {
+        count(&tb, "reason=reset by peer") >= resets + 6 && count(&tb, "lane up peer=") >= ups + 6
+    });
+    assert!(
+        back,
+        "the lanes were not reset and back within 3 s of the crashed exit's restart:\n{}",
+        tb.logs()
+    );
+    println!(
+        "all 6 lanes reset and back {:.1} s after the crashed exit restarted",
+        started.elapsed().as_secs_f64()
+    );
+    ping_ok(&tb, "cl", SERVER_V4, 10);
+
     // SIGTERM: exit code 0, and the TUN device (with its routes) is gone.
     let pid = nix::unistd::Pid::from_raw(tb.child_pid(exit) as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");

@@ -27,7 +27,8 @@ use crate::core::stats::DropReason;
 use crate::core::wire::MAX_MESSAGE_LEN;
 use dscp::{DscpSocket, Marking};
 
-/// A lane that hears nothing for this long is down.
+/// A lane that hears nothing for this long is down; a restarted exit closes the
+/// lanes of the exit before it sooner, at their first packet ([`StatelessKeys`]).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// quinn's own datagram queue: small, so that queueing happens in braid where it is
 /// measured (the lane's `fill`) and dropped deliberately.
@@ -139,15 +140,58 @@ pub fn udp_socket(bind: SocketAddr, device: Option<&str>) -> anyhow::Result<std:
     Ok(socket.into())
 }
 
+/// The keys of an exit's connection IDs and stateless resets, derived from its TLS
+/// key (HKDF) so that they are the same after a restart. A restarted exit then
+/// recognises its own connection IDs in the packets of lanes it no longer knows and
+/// answers each with a reset the entry can check, and the entry redials at once,
+/// instead of at QUIC's idle timeout (a crashed exit sends no CONNECTION_CLOSE).
+/// Exits sharing a floating address and a TLS key reset each other's lanes the
+/// same way.
+#[derive(Clone)]
+pub struct StatelessKeys {
+    reset: Arc<ring::hmac::Key>,
+    connection_ids: u64,
+}
+
+impl StatelessKeys {
+    pub fn from_tls_key(tls_key: &rustls_pki_types::PrivateKeyDer<'_>) -> StatelessKeys {
+        use ring::hmac::{HMAC_SHA256, Key, sign};
+        let salt = Key::new(HMAC_SHA256, b"braid stateless keys");
+        let secret = Key::new(HMAC_SHA256, sign(&salt, tls_key.secret_der()).as_ref());
+        let reset = sign(&secret, b"stateless reset\x01");
+        let ids = sign(&secret, b"connection ids\x01");
+        let mut id_key = [0u8; 8];
+        id_key.copy_from_slice(&ids.as_ref()[..8]);
+        StatelessKeys {
+            reset: Arc::new(Key::new(HMAC_SHA256, reset.as_ref())),
+            connection_ids: u64::from_le_bytes(id_key),
+        }
+    }
+}
+
+/// A server's side of [`endpoint`]: what it accepts, and the keys that outlive it.
+struct Serving {
+    config: quinn::ServerConfig,
+    keys: StatelessKeys,
+}
+
 /// The endpoint configuration shared by both roles; its datagrams carry the DSCP
 /// `marking` gives them.
 fn endpoint(
     socket: std::net::UdpSocket,
-    server: Option<quinn::ServerConfig>,
+    serving: Option<Serving>,
     marking: Arc<Marking>,
 ) -> anyhow::Result<quinn::Endpoint> {
     let socket = DscpSocket::new(socket, marking).context("setting up the UDP socket")?;
     let mut config = quinn::EndpointConfig::default();
+    let server = serving.map(|s| {
+        config.reset_key(s.keys.reset);
+        let ids = s.keys.connection_ids;
+        config.cid_generator(move || {
+            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(ids))
+        });
+        s.config
+    });
     if server.is_none() {
         // An entry's endpoint carries exactly one lane, so quinn can tell its packets
         // by the exit's address alone: an empty connection ID saves 8 bytes in every
@@ -174,45 +218,122 @@ mod tests {
         TlsMaterial::load(&TlsConfig { ca, cert, key }).expect("load")
     }
 
-    #[tokio::test]
-    async fn datagrams_towards_the_entry_carry_no_connection_id() {
-        let dir = std::env::temp_dir().join(format!("braid-cid-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        init_ca(&dir).expect("init");
-        let (exit, site) = (material(&dir, "exit"), material(&dir, "site1"));
-        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    fn loopback() -> SocketAddr {
+        "127.0.0.1:0".parse().expect("address")
+    }
+
+    /// An exit's endpoint on loopback, admitting site1, presenting `exit`'s certificate
+    /// and resetting with its key.
+    fn exit_endpoint(exit: &TlsMaterial) -> quinn::Endpoint {
         let admission =
-            server::Admission::new(["site1".to_string()].into(), &exit).expect("admission");
-        let server_config = admission.quic_config(false, cc::KnownUplink::new(None, None));
-        let marking = || Arc::new(Marking::Fixed(0));
-        let server = endpoint(
-            udp_socket(loopback, None).expect("socket"),
-            Some(server_config),
-            marking(),
-        )
-        .expect("server endpoint");
-        let client = endpoint(udp_socket(loopback, None).expect("socket"), None, marking())
-            .expect("client endpoint");
-        let client_config = client::quic_config(
-            client::tls_config(&site).expect("client TLS"),
+            server::Admission::new(["site1".to_string()].into(), exit).expect("admission");
+        let serving = Serving {
+            config: admission.quic_config(false, cc::KnownUplink::new(None, None)),
+            keys: StatelessKeys::from_tls_key(&exit.key),
+        };
+        let socket = udp_socket(loopback(), None).expect("socket");
+        endpoint(socket, Some(serving), Arc::new(Marking::Fixed(0))).expect("server endpoint")
+    }
+
+    /// An entry's lane to `exit_at`, without the exit's side of the handshake.
+    fn dial(site: &TlsMaterial, exit_at: SocketAddr) -> quinn::Connecting {
+        let socket = udp_socket(loopback(), None).expect("socket");
+        let client = endpoint(socket, None, Arc::new(Marking::Fixed(0))).expect("client");
+        let config = client::quic_config(
+            client::tls_config(site).expect("client TLS"),
             false,
             cc::KnownUplink::new(None, None),
         )
         .expect("client QUIC config");
-        let server_addr = server.local_addr().expect("bound");
-        let connecting = client
-            .connect_with(client_config, server_addr, "exit")
-            .expect("connect");
-        let accepted = async {
-            let incoming = server.accept().await.expect("incoming");
-            incoming.await.expect("accepted")
-        };
-        let (to_exit, to_entry) = tokio::join!(connecting, accepted);
+        client
+            .connect_with(config, exit_at, "exit")
+            .expect("connect")
+    }
+
+    async fn accept(exit: &quinn::Endpoint) -> quinn::Connection {
+        let incoming = exit.accept().await.expect("incoming");
+        incoming.await.expect("accepted")
+    }
+
+    fn test_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("braid-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        init_ca(&dir).expect("init");
+        dir
+    }
+
+    #[tokio::test]
+    async fn datagrams_towards_the_entry_carry_no_connection_id() {
+        let dir = test_dir("cid");
+        let (exit, site) = (material(&dir, "exit"), material(&dir, "site1"));
+        let server = exit_endpoint(&exit);
+        let connecting = dial(&site, server.local_addr().expect("bound"));
+        let (to_exit, to_entry) = tokio::join!(connecting, accept(&server));
         let to_exit = to_exit.expect("handshake");
         let room = |c: &quinn::Connection| c.max_datagram_size().expect("datagrams");
         // The exit's packets name no connection: they have the 8 bytes of the entry's
         // packets, which name the exit's, for payload.
         assert_eq!(room(&to_entry), room(&to_exit) + 8);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Relays UDP between the first who sends to its address (the entry) and the exit
+    /// at `exit_at`, which the caller may move (an exit restarted on the same address).
+    fn relay(exit_at: Arc<std::sync::Mutex<SocketAddr>>) -> SocketAddr {
+        let socket = std::net::UdpSocket::bind(loopback()).expect("relay socket");
+        let address = socket.local_addr().expect("relay address");
+        std::thread::spawn(move || {
+            let mut entry = None;
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                let entry = *entry.get_or_insert(from);
+                let to = if from == entry {
+                    *exit_at.lock().expect("exit address")
+                } else {
+                    entry
+                };
+                let _ = socket.send_to(&buf[..n], to);
+            }
+        });
+        address
+    }
+
+    /// How a lane of `site` to `exit` ends when the exit dies without a word and
+    /// another starts on the same address with `restarted`'s key: how the entry's
+    /// connection closed within a second of its next datagram, if it did.
+    async fn after_a_crash(
+        site: &TlsMaterial,
+        exit: &TlsMaterial,
+        restarted: &TlsMaterial,
+    ) -> Option<quinn::ConnectionError> {
+        let before = exit_endpoint(exit);
+        let exit_at = Arc::new(std::sync::Mutex::new(before.local_addr().expect("bound")));
+        let through = relay(exit_at.clone());
+        let (lane, _held) = tokio::join!(dial(site, through), accept(&before));
+        let lane = lane.expect("handshake");
+        // The exit before keeps its connection (it sends nothing more: crashed); the
+        // lane's packets reach the exit started after it.
+        let after = exit_endpoint(restarted);
+        *exit_at.lock().expect("exit address") = after.local_addr().expect("bound");
+        lane.send_datagram(bytes::Bytes::from_static(&[0; 200]))
+            .expect("datagram");
+        tokio::time::timeout(Duration::from_secs(1), lane.closed())
+            .await
+            .ok()
+    }
+
+    #[tokio::test]
+    async fn an_exit_restarted_with_its_key_resets_the_lanes_of_the_exit_before_it() {
+        let dir = test_dir("reset");
+        let (site, exit) = (material(&dir, "site1"), material(&dir, "exit"));
+        let closed = after_a_crash(&site, &exit, &exit).await;
+        assert!(
+            matches!(closed, Some(quinn::ConnectionError::Reset)),
+            "the lane was not reset: {closed:?}"
+        );
+        // An exit of another key cannot: the lane lives on until its idle timeout.
+        let other = material(&dir, "another-exit");
+        assert!(after_a_crash(&site, &exit, &other).await.is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

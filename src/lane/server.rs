@@ -17,7 +17,10 @@ use tracing::debug;
 
 use super::cc::KnownUplink;
 use super::dscp::{ColourDscp, Marking};
-use super::{HELLO_TIMEOUT, LaneEvent, NewLane, endpoint, transport_config, udp_socket};
+use super::{
+    HELLO_TIMEOUT, LaneEvent, NewLane, Serving, StatelessKeys, endpoint, transport_config,
+    udp_socket,
+};
 use crate::cert::{TlsMaterial, certificate_name};
 use crate::clock::Clock;
 use crate::core::cutoff::QualityLimits;
@@ -33,6 +36,8 @@ pub struct Admission {
     sites: HashSet<String>,
     /// Each connection gets its own transport settings from it ([`Admission::quic_config`]).
     config: quinn::ServerConfig,
+    /// The endpoint's, from the exit's TLS key when it binds.
+    keys: StatelessKeys,
 }
 
 impl Admission {
@@ -45,6 +50,7 @@ impl Admission {
         Ok(Admission {
             sites,
             config: quinn::ServerConfig::with_crypto(crypto),
+            keys: StatelessKeys::from_tls_key(&material.key),
         })
     }
 
@@ -74,12 +80,16 @@ pub fn bind(
     admission: watch::Receiver<Arc<Admission>>,
     dscp: ColourDscp,
 ) -> anyhow::Result<Listener> {
-    let default = admission
-        .borrow()
-        .quic_config(listen.is_ipv6(), KnownUplink::new(None, None));
+    let serving = {
+        let admission = admission.borrow();
+        Serving {
+            config: admission.quic_config(listen.is_ipv6(), KnownUplink::new(None, None)),
+            keys: admission.keys.clone(),
+        }
+    };
     // Handshakes and hellos, before a peer's colour is known, go out blue.
     let marking = Arc::new(Marking::per_peer(dscp.blue));
-    let endpoint = endpoint(udp_socket(listen, None)?, Some(default), marking.clone())?;
+    let endpoint = endpoint(udp_socket(listen, None)?, Some(serving), marking.clone())?;
     Ok(Listener {
         endpoint,
         admission,
