@@ -5,10 +5,17 @@
 //! waiting for the exit's first answer when the exit returns waits for the next
 //! resend, up to 4 s after an exit gone for long. So an attempt gets a short time for
 //! the exit's first answer (its Initial and the exit's first flight), and the whole
-//! handshake and hello limit only once the exit answered: a path slower than it was
-//! still connects, and a path that is down is tried afresh within the backoff, which
-//! grows while attempts fail or lanes die young and starts over after a lane that
-//! lasted.
+//! handshake and hello limit only once the exit answered, and a path that is down is
+//! tried afresh within the backoff, which grows while attempts fail or lanes die
+//! young and starts over after a lane that lasted.
+//!
+//! An exit that is there but busy is waited for: an exit that a thousand sites dial at
+//! once (at its restart) refuses the handshakes beyond its bound and answers the others
+//! late, and when every attempt gave up at 1.5 s, the work it had done for them was
+//! lost and its sites' lanes took 61-84 s to come back. So after an attempt the exit
+//! answered, if only to refuse it, and before any lane of the uplink was up, the next
+//! attempt may wait the longest for the first answer, and while it refuses, attempts
+//! are spaced up to 2 s apart: 34-35 s.
 
 use std::time::Duration;
 
@@ -19,6 +26,10 @@ pub const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// again after 1 s (quinn's first resend); with this wait before the next, an Initial
 /// leaves at least every second while the exit is away.
 pub const MAX_BACKOFF: Duration = Duration::from_millis(500);
+/// The backoff's cap while the exit answers but refuses or fails the attempts: it is
+/// there, so no Initial need find it, and a thousand sites retrying less often leave
+/// it more of its time for the handshakes it admitted.
+pub const BUSY_MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The least time the exit's first answer may take; four round trips of the last
 /// lane if longer. A path whose round trip is longer was never dialled: no lane over
 /// it would carry anything useful.
@@ -36,6 +47,8 @@ pub struct Redial {
     failures: u32,
     /// The round trip of the last lane (zero: none yet).
     last_rtt: Duration,
+    /// The exit answered the last attempt, which failed all the same.
+    exit_busy: bool,
 }
 
 impl Redial {
@@ -45,26 +58,35 @@ impl Redial {
             backoff: MIN_BACKOFF,
             failures: 0,
             last_rtt: Duration::ZERO,
+            exit_busy: false,
         }
     }
 
-    /// How long the next attempt may wait for the exit's first answer.
+    /// How long the next attempt may wait for the exit's first answer: the longest
+    /// until a lane of this uplink was up, and after the exit answered an attempt that
+    /// failed (see the module's documentation).
     pub fn answer_limit(&self) -> Duration {
+        if self.last_rtt.is_zero() || self.exit_busy {
+            return self.longest_answer;
+        }
         (4 * self.last_rtt)
             .max(FIRST_ANSWER)
             .min(self.longest_answer)
     }
 
-    /// An attempt failed; returns how many failed in a row (the first is worth a
-    /// warning, repeats of an uplink that stays down are not).
-    pub fn failed(&mut self) -> u32 {
+    /// An attempt failed, the exit having `answered` it or not; returns how many
+    /// failed in a row (the first is worth a warning, repeats of an uplink that stays
+    /// down are not).
+    pub fn failed(&mut self, answered: bool) -> u32 {
         self.failures += 1;
+        self.exit_busy = answered;
         self.failures
     }
 
     /// A lane came up.
     pub fn connected(&mut self) {
         self.failures = 0;
+        self.exit_busy = false;
     }
 
     /// The lane went down after `up_for`, its round trip `rtt` at the end.
@@ -76,10 +98,15 @@ impl Redial {
     }
 
     /// How long to wait before the next attempt; the one after waits twice as long,
-    /// up to [`MAX_BACKOFF`].
+    /// up to [`MAX_BACKOFF`], or [`BUSY_MAX_BACKOFF`] while the exit is busy.
     pub fn next_wait(&mut self) -> Duration {
-        let wait = self.backoff;
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        let cap = if self.exit_busy {
+            BUSY_MAX_BACKOFF
+        } else {
+            MAX_BACKOFF
+        };
+        let wait = self.backoff.min(cap);
+        self.backoff = (self.backoff * 2).min(cap);
         wait
     }
 }
@@ -92,15 +119,22 @@ mod tests {
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
     #[test]
-    fn the_exit_may_take_four_round_trips_of_the_last_lane_to_answer_never_less_than_the_floor() {
+    fn the_exit_may_take_four_round_trips_of_the_last_lane_to_answer_the_longest_before_any() {
         let mut r = Redial::new(LONG);
-        assert_eq!(r.answer_limit(), FIRST_ANSWER, "no round trip known yet");
+        assert_eq!(r.answer_limit(), LONG, "no round trip known yet");
         r.connected();
         r.lane_down(MS(500), MS(20));
         for _ in 0..5 {
-            r.failed();
-            assert_eq!(r.answer_limit(), FIRST_ANSWER, "however many failed");
+            r.failed(false);
+            assert_eq!(r.answer_limit(), FIRST_ANSWER, "however many had no answer");
         }
+        r.failed(true);
+        assert_eq!(r.answer_limit(), LONG, "the exit answered, busy");
+        r.failed(false);
+        assert_eq!(r.answer_limit(), FIRST_ANSWER, "and then did not");
+        r.failed(true);
+        r.connected();
+        assert_eq!(r.answer_limit(), FIRST_ANSWER, "a lane came up");
         // A slow path: four of its round trips.
         r.lane_down(MS(500), MS(600));
         assert_eq!(r.answer_limit(), MS(2400));
@@ -117,5 +151,11 @@ mod tests {
         assert_eq!(r.next_wait(), MS(500), "a lane that died young");
         r.lane_down(STABLE_LANE, MS(20));
         assert_eq!(r.next_wait(), MIN_BACKOFF);
+        // A busy exit is retried less often.
+        r.failed(true);
+        let waits: Vec<_> = (0..5).map(|_| r.next_wait()).collect();
+        assert_eq!(waits, [MS(400), MS(800), MS(1600), MS(2000), MS(2000)]);
+        r.failed(false);
+        assert_eq!(r.next_wait(), MAX_BACKOFF, "gone again");
     }
 }

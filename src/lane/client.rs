@@ -388,7 +388,7 @@ impl Dialer {
                         redial.lane_down(clock.now().saturating_since(up_since), conn.rtt());
                     }
                     Err(e) => {
-                        let failures = redial.failed();
+                        let failures = redial.failed(e.downcast_ref::<NoAnswer>().is_none());
                         // The first failure in a row is worth a warning; repeats of an
                         // uplink that stays down are not.
                         if failures == 1 {
@@ -551,6 +551,15 @@ async fn until_link_changes(link: &mut Option<watch::Receiver<LinkView>>, seen: 
     }
 }
 
+/// An attempt's failure: the exit did not answer its first Initial in time (any other
+/// failure means it did, if only to refuse).
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from {peer} within {within:?}")]
+pub struct NoAnswer {
+    peer: SocketAddr,
+    within: Duration,
+}
+
 /// The exit a lane is opened to.
 pub struct ExitAddress<'a> {
     pub peer: SocketAddr,
@@ -584,7 +593,10 @@ pub async fn open_lane(
         .with_context(|| format!("connecting to {peer}"))?;
     tokio::time::timeout(answer_within, connecting.handshake_data())
         .await
-        .map_err(|_| anyhow!("no answer from {peer} within {answer_within:?}"))?
+        .map_err(|_| NoAnswer {
+            peer,
+            within: answer_within,
+        })?
         .with_context(|| format!("handshake with {peer}"))?;
     let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
         .await

@@ -255,7 +255,8 @@ impl Watch {
                     });
                 }
                 None => {
-                    redial.failed();
+                    // Watch connections keep the short attempts' pace whatever failed.
+                    redial.failed(false);
                 }
             }
             tokio::select! {
