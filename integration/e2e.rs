@@ -2713,7 +2713,8 @@ fn sending_at_least(tb: &Testbed, role: &str, sample: &str, mbit: f64, timeout: 
     })
 }
 
-fn p99_rtt_ms(out: &str) -> f64 {
+/// The `percent`th percentile of the round trips `ping` printed.
+fn rtt_percentile_ms(out: &str, percent: usize) -> f64 {
     let mut rtts: Vec<f64> = out
         .lines()
         .filter_map(|l| l.split("time=").nth(1))
@@ -2721,7 +2722,7 @@ fn p99_rtt_ms(out: &str) -> f64 {
         .collect();
     assert!(!rtts.is_empty(), "no ping replies: {out}");
     rtts.sort_by(f64::total_cmp);
-    rtts[(rtts.len() * 99).div_ceil(100) - 1]
+    rtts[(rtts.len() * percent).div_ceil(100) - 1]
 }
 
 fn average_rtt_ms(out: &str) -> f64 {
@@ -2833,15 +2834,17 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
     tb.wait(server, Duration::from_secs(5));
     let (green_lost, blue_lost) = (lost_pings(&green), lost_pings(&blue));
     // Green loses what the downloads' AQM drops from flat best effort's queue, as
-    // blue does, and little more: measured 6-16 of 150 (blue 6-11). Before DSD's
-    // clock followed the uplink's late wake-ups, and blue had a packet's slack, the
-    // acceptance test refused 30-100 % of them.
+    // blue does, and little more: measured 6-30 of 150 with blue 4-14, both more on a
+    // busier machine. Before DSD's clock followed the uplink's late wake-ups, and blue
+    // had a packet's slack, the acceptance test refused 30-100 % of them; without the
+    // slack, 29 with blue 8.
     assert!(
-        green_lost <= 20,
+        green_lost <= blue_lost + 20,
         "{green_lost} of 150 green pings lost (blue: {blue_lost})"
     );
     let (green_ms, blue_ms) = (average_rtt_ms(&green) - idle, average_rtt_ms(&blue) - idle);
-    let green_p99 = p99_rtt_ms(&green) - idle;
+    let green_p95 = rtt_percentile_ms(&green, 95) - idle;
+    let green_p99 = rtt_percentile_ms(&green, 99) - idle;
     let drops = bottleneck_drops(&tb, "r1", "a") - drops_before;
     let receiver = download
         .lines()
@@ -2849,7 +2852,7 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         .unwrap_or_default()
         .to_string();
     println!(
-        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms, p99 {green_p99:.1} ms \
+        "above the idle {idle:.1} ms: green pings {green_ms:.1} ms, p95 {green_p95:.1} ms, p99 {green_p99:.1} ms \
          ({green_lost} of 150 lost), \
          blue pings {blue_ms:.1} ms ({blue_lost} lost); the uplink's own queue dropped {drops} \
          packets; {receiver}"
@@ -2860,13 +2863,19 @@ fn an_uplink_of_known_rate_is_shaped_by_both_gateways_and_dsd_lets_green_pings_p
         drops <= 5,
         "the uplink's bottleneck dropped {drops} packets"
     );
-    // Green, a sliver of the traffic, goes first whenever both colours can wait (g
-    // near 1): measured 2.9-3.4 ms at p99. A green that waits until its 10 ms deadline
-    // forces it out (DSD without its biased coin) measured 8.5 ms on average and 11 ms
-    // at p99. Blue waits behind the downloads.
+    // Green leaves the exit's shaper within its 10 ms: measured 1.9-3.8 ms at p95 (p99
+    // 2.6-3.4 ms on an idle machine, up to 20 on a busy one, where a couple of the 150
+    // pings meet its hiccups). And green, a sliver of the traffic, goes first whenever
+    // both colours can wait (g near 1): 0.4-2.4 ms on average. A green that waits until
+    // its deadline forces it out (DSD without its biased coin) measured 8.5 ms on
+    // average (11 ms at p99). Blue waits behind the downloads.
     assert!(
-        green_p99 < 6.0,
-        "green pings {green_p99:.1} ms above idle at p99"
+        green_p95 < 10.0,
+        "green pings {green_p95:.1} ms above idle at p95"
+    );
+    assert!(
+        green_ms < 5.0,
+        "green pings {green_ms:.1} ms above idle on average: not served first"
     );
     assert!(
         blue_ms > green_ms + 2.0,

@@ -31,8 +31,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_millis(500);
 /// it more of its time for the handshakes it admitted.
 pub const BUSY_MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The least time the exit's first answer may take; four round trips of the last
-/// lane if longer. A path whose round trip is longer was never dialled: no lane over
-/// it would carry anything useful.
+/// lane if longer. A path whose round trip grew beyond it since the uplink's last lane
+/// is not dialled again: no lane over it would carry anything useful.
 pub const FIRST_ANSWER: Duration = Duration::from_millis(1500);
 /// A lane that stayed up this long starts the next backoff from the minimum again.
 pub const STABLE_LANE: Duration = Duration::from_secs(10);
