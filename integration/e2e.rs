@@ -1487,8 +1487,7 @@ fn lanes_come_back_when_the_exit_restarts() {
     // The exit's start, the wait for the next Initial (at most a second) and the
     // handshake: measured 0.2-0.6 s as the exit's return falls between the Initials;
     // 2 s allow for a busy machine.
-    let back = (0..20).any(|_| {
-        std::thread::sleep(Duration::from_millis(100));
+    let back = eventually(Duration::from_secs(2), || {
         (1..=3).all(|i| {
             tb.metric(
                 "en",

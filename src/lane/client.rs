@@ -388,7 +388,7 @@ impl Dialer {
                         redial.lane_down(clock.now().saturating_since(up_since), conn.rtt());
                     }
                     Err(e) => {
-                        let failures = redial.failed(e.downcast_ref::<NoAnswer>().is_none());
+                        let failures = redial.failed(exit_answered(&e));
                         // The first failure in a row is worth a warning; repeats of an
                         // uplink that stays down are not.
                         if failures == 1 {
@@ -429,7 +429,10 @@ impl Dialer {
             .with_context(|| format!("no exit {exit} in the configuration"))?;
         let peer = tokio::time::timeout(answer_within, self.resolve(&target.peer))
             .await
-            .map_err(|_| anyhow!("{} not resolved within {answer_within:?}", target.peer))??;
+            .map_err(|_| NoAnswer {
+                from: format!("the resolver for {}", target.peer),
+                within: answer_within,
+            })??;
         let hello = Hello {
             version: PROTOCOL_VERSION,
             site: self.site.clone(),
@@ -551,13 +554,19 @@ async fn until_link_changes(link: &mut Option<watch::Receiver<LinkView>>, seen: 
     }
 }
 
-/// An attempt's failure: the exit did not answer its first Initial in time (any other
-/// failure means it did, if only to refuse).
+/// An attempt's failure: the exit did not answer its first Initial in time, or its
+/// name was not resolved in that time.
 #[derive(Debug, thiserror::Error)]
-#[error("no answer from {peer} within {within:?}")]
+#[error("no answer from {from} within {within:?}")]
 pub struct NoAnswer {
-    peer: SocketAddr,
+    from: String,
     within: Duration,
+}
+
+/// Whether the exit answered an attempt that failed with `e`, if only to refuse it
+/// (what [`Redial::failed`] asks).
+pub fn exit_answered(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<NoAnswer>().is_none()
 }
 
 /// The exit a lane is opened to.
@@ -594,7 +603,7 @@ pub async fn open_lane(
     tokio::time::timeout(answer_within, connecting.handshake_data())
         .await
         .map_err(|_| NoAnswer {
-            peer,
+            from: peer.to_string(),
             within: answer_within,
         })?
         .with_context(|| format!("handshake with {peer}"))?;

@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::HELLO_TIMEOUT;
-use super::client::Dialer;
+use super::client::{self, Dialer};
 use crate::clock::Clock;
 use crate::config::ExitPeer;
 use crate::control::metrics::Metrics;
@@ -218,6 +218,8 @@ impl Watch {
         let mut redial = Redial::new(HELLO_TIMEOUT);
         loop {
             let mut up = None;
+            // Whether any exit answered, if only to refuse.
+            let mut answered = false;
             let dialers = self.dialers.borrow().clone();
             // Not over a cold standby or a capped uplink, which are hung up to save
             // their cost, nor one whose interface is down.
@@ -231,7 +233,10 @@ impl Watch {
                         up = Some((conn, endpoint));
                         break;
                     }
-                    Err(e) => debug!(error = format!("{e:#}"), "no watch connection"),
+                    Err(e) => {
+                        answered |= client::exit_answered(&e);
+                        debug!(error = format!("{e:#}"), "no watch connection");
+                    }
                 }
             }
             match up {
@@ -255,8 +260,7 @@ impl Watch {
                     });
                 }
                 None => {
-                    // Watch connections keep the short attempts' pace whatever failed.
-                    redial.failed(false);
+                    redial.failed(answered);
                 }
             }
             tokio::select! {
