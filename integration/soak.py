@@ -12,8 +12,8 @@ Every --restart-every seconds (at random, around it) the exit is stopped (SIGTER
 and started again.
 
 Every 5 s it records each gateway's memory (RSS), file descriptors and threads, the
-lanes up at the entry, and the TCP goodput; it writes them to DIR/soak.json and
-prints them with a summary.
+lanes up at the entry, and the TCP goodput; it writes them, with each flap and restart,
+to DIR/soak.json, copies the gateways' logs to DIR, and prints a summary.
 
 Verdict, each a failure on its own:
   - "panicked" in a gateway's log, or a gateway that exits without being told to;
@@ -43,6 +43,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -160,15 +161,17 @@ def traffic(stop, goodput):
 
 def longest_silence(samples, windows, start, end):
     """The longest time (s) without a probe arriving between `start` and `end` (ns),
-    less what of it falls in `windows` [(from, to) ns]: the run's start and end count
-    as arrivals, so a probe that stops arriving is silent until the end."""
+    less what of it falls in `windows` [(from, to) ns], and the instant (ns) it began:
+    the run's start and end count as arrivals, so a probe that stops arriving is
+    silent until the end."""
     arrivals = sorted(a for a in (s[1] + s[2] for s in samples) if start < a < end)
     points = [start] + arrivals + [end]
-    worst = 0.0
+    worst, began = 0.0, start
     for a, b in zip(points, points[1:]):
         excused = sum(max(0, min(b, to) - max(a, frm)) for frm, to in windows)
-        worst = max(worst, (b - a - excused) / 1e9)
-    return worst
+        if (b - a - excused) / 1e9 > worst:
+            worst, began = (b - a - excused) / 1e9, a
+    return worst, began
 
 
 def in_windows(t, windows):
@@ -201,7 +204,7 @@ def main():
     env = dict(os.environ, RATES=" ".join(["20"] * UPLINKS), DELAYS="5 10 15", BRAID=braid, LINKEMU=linkemu)
     os.makedirs(args.out, exist_ok=True)
     sh("bash", TESTBED, "up", NAME, env=env)
-    failures, timeline, goodput, restarts = [], [], [], []
+    failures, timeline, goodput, restarts, events = [], [], [], [], []
     flaps = 0
     stop = threading.Event()
     try:
@@ -221,6 +224,7 @@ def main():
             load = threading.Thread(target=traffic, args=(stop, goodput))
             load.start()
             start = time.monotonic()
+            start_ns = now_ns()
             # The probes' first packets are on their way within a second.
             probe_start = now_ns() + int(1e9)
             broken = False
@@ -239,6 +243,7 @@ def main():
                         set_uplink(i + 1, state)
                         states[i] = state
                         flaps += 1
+                        events.append((round(t - start, 1), f"uplink {i + 1} {state}"))
                     next_flap = t + args.flap_every * rng.uniform(0.5, 1.5)
                 if args.break_after is not None and not broken and t - start >= args.break_after:
                     os.kill(pid_of("exit"), signal.SIGTERM)
@@ -246,6 +251,7 @@ def main():
                 if t >= next_restart and not broken:
                     restart_exit(braid)
                     restarts.append(now_ns())
+                    events.append((round(t - start, 1), "exit restarted"))
                     next_restart = t + args.restart_every * rng.uniform(0.5, 1.5)
                 if t >= next_sample:
                     row = {"t": round(t - start, 1), "ns": now_ns(), "uplinks": list(states)}
@@ -290,9 +296,10 @@ def main():
             for direction in PROBE_PORTS:
                 with open(f"{tmp}/{direction}.json") as f:
                     data = json.load(f)
-                silence[direction] = longest_silence(data["samples"], windows, probe_start, probe_end)
+                silence[direction], began = longest_silence(data["samples"], windows, probe_start, probe_end)
                 if silence[direction] > MAX_SILENCE:
                     failures.append(f"the {direction} probe was silent for {silence[direction]:.1f} s "
+                                    f"from {(began - start_ns) / 1e9:.1f} s "
                                     f"(at most {MAX_SILENCE} s outside exit restarts)")
     except Exception as e:
         failures.append(f"{type(e).__name__}: {e}")
@@ -301,6 +308,7 @@ def main():
         stop.set()
         for gateway in ("exit", "site1"):
             try:
+                shutil.copy(f"{STATE}/{gateway}.log", args.out)
                 with open(f"{STATE}/{gateway}.log") as f:
                     panics = [line for line in f if "panicked" in line]
                 if panics:
@@ -341,7 +349,7 @@ def main():
     summary["tcp_runs"] = len(goodput)
     summary["tcp_runs_cut_short"] = len(goodput) - len(measured)
     with open(os.path.join(args.out, "soak.json"), "w") as f:
-        json.dump({"summary": summary, "timeline": timeline, "goodput": goodput}, f)
+        json.dump({"summary": summary, "timeline": timeline, "events": events, "goodput": goodput}, f)
     print(json.dumps(summary, indent=2))
     if failures:
         print("SOAK FAILED:\n  " + "\n  ".join(failures))

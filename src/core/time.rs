@@ -14,6 +14,8 @@ pub struct Instant(u64);
 impl Instant {
     /// The origin.
     pub const ZERO: Instant = Instant(0);
+    /// The end of time, where saturating arithmetic stops: "never" as a deadline.
+    pub const MAX: Instant = Instant(u64::MAX);
 
     pub const fn from_nanos(nanos: u64) -> Self {
         Instant(nanos)

@@ -9,7 +9,7 @@ use crate::core::icmp;
 use crate::core::lane::{Colour, longest_one_way};
 use crate::core::pacing_table::AppIdx;
 use crate::core::packet::PacketInfo;
-use crate::core::sched::PickContext;
+use crate::core::sched::{DecisionKind, PickContext};
 use crate::core::shaper::ShapeDrop;
 use crate::core::site::SiteIdx;
 use crate::core::stats::DropReason;
@@ -123,9 +123,19 @@ impl DataPath {
                 // each with its own CoDel: one drop per congestion episode of the
                 // flow, not one per lane.
                 let resequenced = pick.gap != 0;
+                // A flow whose previous packet came longer ago than the queue's wait
+                // has nothing standing in it (fq_codel's sparse flows): CoDel's drops
+                // are for the flows that keep the queue standing. Without this, the
+                // drops a striped flow is spared (one per congestion episode) fell on
+                // the sparse flows beside it, every packet of a 20 packets/s probe
+                // for seconds (docs/design/lane-queues.md).
+                let sparse = pick.kind == DecisionKind::NewFlow
+                    || pick.since_previous.is_some_and(|d| d > sojourn);
                 let (dropped, striped) = (&site.resequenced_drops, &site.striped_drops);
                 let not_before = || {
-                    if resequenced {
+                    if sparse {
+                        Instant::MAX
+                    } else if resequenced {
                         let flow_after = dropped.get(flow).map_or(Instant::ZERO, |e| e.value);
                         flow_after.max(striped.not_before())
                     } else {

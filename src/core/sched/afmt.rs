@@ -253,6 +253,7 @@ impl Scheduler for Afmt {
             Some((i, now.saturating_since(e.last_used)))
         });
         let was_striped = known.is_some_and(|e| e.value.striped);
+        let since_previous = known.map(|e| now.saturating_since(e.last_used));
         let mut burst = known.map_or(0, |e| e.value.burst) + len as u64;
         let mut ordered = known.is_some_and(|e| e.value.ordered);
         // A lane's load as a multiple of its weighted fill: the busy flows it would
@@ -359,7 +360,12 @@ impl Scheduler for Afmt {
                         .unwrap_or(0),
                     _ => 0,
                 };
-                Pick { lane, kind, gap }
+                Pick {
+                    lane,
+                    kind,
+                    gap,
+                    since_previous,
+                }
             }
             None => {
                 let lane = least_weighted_fill(lanes, len, |_, l| l.up, sharing)?;
@@ -369,6 +375,7 @@ impl Scheduler for Afmt {
                     lane,
                     kind: DecisionKind::NewFlow,
                     gap: 0,
+                    since_previous,
                 }
             }
         };
@@ -460,7 +467,8 @@ mod tests {
             Pick {
                 lane: 1,
                 kind: DecisionKind::NewFlow,
-                gap: 0
+                gap: 0,
+                since_previous: None
             }
         );
     }
@@ -505,7 +513,8 @@ mod tests {
             Pick {
                 lane: 1,
                 kind: DecisionKind::Switch,
-                gap: 0
+                gap: 0,
+                since_previous: Some(Duration::ZERO)
             }
         );
         // Now each lane carries one busy flow: flow 8 stays however backed up lane 0 is.
@@ -531,7 +540,8 @@ mod tests {
             Pick {
                 lane: 0,
                 kind: DecisionKind::Switch,
-                gap: 0
+                gap: 0,
+                since_previous: Some(Duration::from_millis(59))
             }
         );
     }
@@ -573,7 +583,8 @@ mod tests {
             Pick {
                 lane: 0,
                 kind: DecisionKind::Switch,
-                gap: 0
+                gap: 0,
+                since_previous: Some(Duration::from_millis(1))
             }
         );
         let p = s
@@ -598,7 +609,8 @@ mod tests {
             Pick {
                 lane: 0,
                 kind: DecisionKind::Stripe,
-                gap: 5
+                gap: 5,
+                since_previous: Some(Duration::from_millis(1))
             }
         );
         // Striped, every packet names its predecessor; one that was not sent after all
@@ -654,7 +666,8 @@ mod tests {
             Pick {
                 lane: 1,
                 kind: DecisionKind::SameLane,
-                gap: 0
+                gap: 0,
+                since_previous: Some(Duration::from_millis(1))
             }
         );
     }
@@ -964,7 +977,8 @@ mod tests {
             Pick {
                 lane: 1,
                 kind: DecisionKind::NewFlow,
-                gap: 0
+                gap: 0,
+                since_previous: Some(Duration::from_millis(1))
             }
         );
         lanes[1].up = false;

@@ -72,6 +72,9 @@ pub struct Pick {
     pub lane: usize,
     pub kind: DecisionKind,
     pub gap: u16,
+    /// How long before this packet the flow's previous one was scheduled; `None` for
+    /// a flow's first packet, and from a scheduler that keeps no flows.
+    pub since_previous: Option<Duration>,
 }
 
 impl Pick {
@@ -81,6 +84,7 @@ impl Pick {
             lane,
             kind: DecisionKind::Stateless,
             gap: 0,
+            since_previous: None,
         }
     }
 }

@@ -55,17 +55,19 @@ fn a_lane_queue_holds_at_most_its_limit_until_the_lane_sends() {
 /// and the shell sends up to 5 000 bytes a millisecond of what the engine handed
 /// it. Answers the milliseconds in which CoDel dropped, and the bytes sent.
 fn run_lane(ms: u64, arriving: impl Fn(u64) -> u64) -> (DataPath, Vec<u64>, u64) {
-    let (e, drops, sent) = run_lanes(Algorithm::RoundRobin, 1, 1, ms, arriving);
+    let (e, drops, sent) = run_lanes(Algorithm::RoundRobin, 1, 1, None, ms, arriving);
     (e, drops.into_iter().map(|(t, _)| t).collect(), sent)
 }
 
 /// [`run_lane`] over `count` such lanes of one site, scheduled by `algorithm`,
-/// with the packets of `flows` flows in turn. Answers each of CoDel's drops as
-/// the millisecond and the flow's index.
+/// with the packets of `flows` flows in turn, and with `sparse_every` Some(n) a
+/// packet of one more flow (index `flows`) every n milliseconds. Answers each of
+/// CoDel's drops as the millisecond and the flow's index.
 fn run_lanes(
     algorithm: Algorithm,
     count: usize,
     flows: u16,
+    sparse_every: Option<u64>,
     ms: u64,
     arriving: impl Fn(u64) -> u64,
 ) -> (DataPath, Vec<(u64, u16)>, u64) {
@@ -73,7 +75,7 @@ fn run_lanes(
     let lanes: Vec<LaneId> = (0..count)
         .map(|i| lane_up(&mut e, "a", &format!("up{i}"), 1400, at(0)))
         .collect();
-    let (drops, sent) = drive_lanes(&mut e, &lanes, flows, ms, arriving);
+    let (drops, sent) = drive_lanes(&mut e, &lanes, flows, sparse_every, ms, arriving);
     (e, drops, sent)
 }
 
@@ -82,11 +84,12 @@ fn drive_lanes(
     e: &mut DataPath,
     lanes: &[LaneId],
     flows: u16,
+    sparse_every: Option<u64>,
     ms: u64,
     arriving: impl Fn(u64) -> u64,
 ) -> (Vec<(u64, u16)>, u64) {
     let count = lanes.len();
-    let packets: Vec<Vec<u8>> = (1..=flows)
+    let packets: Vec<Vec<u8>> = (1..=flows + 1)
         .map(|port| tcp_v4("198.18.0.2", port, "203.0.113.1", 80))
         .collect();
     let datagram = DATAGRAM_HEADER_LEN as u64 + packets[0].len() as u64;
@@ -94,6 +97,13 @@ fn drive_lanes(
     let mut drops = Vec::new();
     let mut next_flow = 0;
     for t in 1..ms {
+        if sparse_every.is_some_and(|n| t % n == 0) {
+            let before = e.dropped(DropReason::QueueDelay);
+            send(e, &packets[usize::from(flows)], at(t));
+            if e.dropped(DropReason::QueueDelay) > before {
+                drops.push((t, flows));
+            }
+        }
         for _ in 0..arriving(t) {
             let before = e.dropped(DropReason::QueueDelay);
             send(e, &packets[usize::from(next_flow)], at(t));
@@ -168,7 +178,7 @@ fn a_flow_striped_over_lanes_meets_one_drop_per_two_of_its_round_trips() {
                 t * rate / d - (t - 1) * rate / d
             }
         };
-        let (e, drops, _) = run_lanes(Algorithm::Afmt, lanes, flows, 1_000, standing);
+        let (e, drops, _) = run_lanes(Algorithm::Afmt, lanes, flows, None, 1_000, standing);
         let striped: u64 = (0..lanes)
             .map(|i| {
                 let lane = e.lanes[i].as_ref().expect("lane");
@@ -192,6 +202,29 @@ fn a_flow_striped_over_lanes_meets_one_drop_per_two_of_its_round_trips() {
         assert_eq!(closer, flows > 1, "{flows} flows: {drops:?}");
         assert_eq!(e.dropped(DropReason::QueueFull), 0);
     }
+}
+
+#[test]
+fn a_sparse_flow_beside_a_striped_one_is_not_dropped_for_the_queue_it_does_not_keep() {
+    // One flow striped over two lanes of 5 MB/s, a queue of 10 ms standing on
+    // each, and beside it a packet of another flow every 50 ms (a probe, a VoIP
+    // call's control): the striped flow meets its drop per two round trips, and
+    // CoDel's drops due in between wait for it rather than fall on the sparse
+    // flow, which has nothing queued (its previous packet left long ago).
+    let d = RUN_LANE_DATAGRAM;
+    let rate = 2 * 5_000;
+    let standing = |t| {
+        if t == 1 {
+            10 * rate / d
+        } else {
+            t * rate / d - (t - 1) * rate / d
+        }
+    };
+    let (e, drops, _) = run_lanes(Algorithm::Afmt, 2, 1, Some(50), 2_000, standing);
+    let striped: Vec<u64> = drops.iter().filter(|d| d.1 == 0).map(|d| d.0).collect();
+    assert!(striped.len() >= 6, "{drops:?}");
+    assert!(drops.iter().all(|d| d.1 == 0), "{drops:?}");
+    assert_eq!(e.dropped(DropReason::QueueFull), 0);
 }
 
 /// [`run_lane`]'s traffic over a lane 10 ms away that carries every packet
@@ -227,7 +260,7 @@ fn drops_beside_a_far_lane(far: Duration, standing: u64) -> Vec<u64> {
             t * 5_000 / d - (t - 1) * 5_000 / d
         }
     };
-    let (drops, _) = drive_lanes(&mut e, &lanes, 1, 1_000, arriving);
+    let (drops, _) = drive_lanes(&mut e, &lanes, 1, None, 1_000, arriving);
     assert_eq!(e.dropped(DropReason::QueueFull), 0);
     drops.into_iter().map(|(t, _)| t).collect()
 }
