@@ -563,10 +563,31 @@ pub struct NoAnswer {
     within: Duration,
 }
 
+/// The context of an attempt's failure once the exit had answered it, if only to
+/// close the connection: the exit is there.
+#[derive(Debug, thiserror::Error)]
+#[error("the exit at {0} answered")]
+struct ExitAnswered(SocketAddr);
+
 /// Whether the exit answered an attempt that failed with `e`, if only to refuse it
-/// (what [`Redial::failed`] asks).
+/// (what [`Redial::failed`] asks). A failure before it (the name not resolved, a
+/// socket not bound, no answer in time) is no answer.
 pub fn exit_answered(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<NoAnswer>().is_none()
+    e.downcast_ref::<ExitAnswered>().is_some()
+}
+
+/// Whether the exit ended a connection that failed with `e` before its handshake
+/// was done: it answered, if only to refuse. The other failures are this end's own.
+fn ended_by_exit(e: &quinn::ConnectionError) -> bool {
+    use quinn::ConnectionError as E;
+    match e {
+        E::VersionMismatch
+        | E::TransportError(_)
+        | E::ConnectionClosed(_)
+        | E::ApplicationClosed(_)
+        | E::Reset => true,
+        E::TimedOut | E::LocallyClosed | E::CidsExhausted => false,
+    }
 }
 
 /// The exit a lane is opened to.
@@ -600,24 +621,37 @@ pub async fn open_lane(
     let mut connecting = endpoint
         .connect_with(config, peer, name)
         .with_context(|| format!("connecting to {peer}"))?;
-    tokio::time::timeout(answer_within, connecting.handshake_data())
+    let first_answer = tokio::time::timeout(answer_within, connecting.handshake_data())
         .await
         .map_err(|_| NoAnswer {
             from: peer.to_string(),
             within: answer_within,
-        })?
-        .with_context(|| format!("handshake with {peer}"))?;
-    let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
-        .await
-        .map_err(|_| anyhow!("no handshake with {peer} within {HELLO_TIMEOUT:?}"))?
-        .with_context(|| format!("handshake with {peer}"))?;
-    let reply = tokio::time::timeout(HELLO_TIMEOUT, say_hello(&conn, hello))
-        .await
-        .map_err(|_| anyhow!("no answer to the hello within {HELLO_TIMEOUT:?}"))??;
-    match reply {
-        HelloReply::Accepted => Ok((conn, endpoint)),
-        HelloReply::Refused { reason } => bail!("the exit refused the lane: {reason}"),
+        })?;
+    // Only whether it came: the handshake data itself is not `Send`.
+    if let Err(e) = first_answer.map(drop) {
+        let answered = ended_by_exit(&e);
+        let e = anyhow::Error::new(e).context(format!("handshake with {peer}"));
+        return Err(if answered {
+            e.context(ExitAnswered(peer))
+        } else {
+            e
+        });
     }
+    let after_answer = async {
+        let conn = tokio::time::timeout(HELLO_TIMEOUT, connecting)
+            .await
+            .map_err(|_| anyhow!("no handshake with {peer} within {HELLO_TIMEOUT:?}"))?
+            .with_context(|| format!("handshake with {peer}"))?;
+        let reply = tokio::time::timeout(HELLO_TIMEOUT, say_hello(&conn, hello))
+            .await
+            .map_err(|_| anyhow!("no answer to the hello within {HELLO_TIMEOUT:?}"))??;
+        match reply {
+            HelloReply::Accepted => Ok(conn),
+            HelloReply::Refused { reason } => bail!("the exit refused the lane: {reason}"),
+        }
+    };
+    let conn = after_answer.await.context(ExitAnswered(peer))?;
+    Ok((conn, endpoint))
 }
 
 /// A lane's QUIC configuration over an IPv6 path (`v6_path`) or an IPv4 one, for an
@@ -660,4 +694,30 @@ pub fn tls_config(material: &TlsMaterial) -> anyhow::Result<Arc<rustls::ClientCo
         .context("the site certificate and key do not match")?;
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_failure_after_the_exits_answer_counts_as_answered() {
+        let peer: SocketAddr = "192.0.2.1:4433".parse().expect("address");
+        let no_answer = anyhow::Error::new(NoAnswer {
+            from: peer.to_string(),
+            within: Duration::from_millis(1500),
+        });
+        assert!(!exit_answered(&no_answer));
+        let unresolved = anyhow!("lookup failed").context("resolving exit.example:4433");
+        assert!(!exit_answered(&unresolved), "the exit never heard of it");
+        let refused = anyhow!("the exit refused the lane: busy").context(ExitAnswered(peer));
+        assert!(exit_answered(&refused));
+        assert_eq!(
+            format!("{refused:#}"),
+            "the exit at 192.0.2.1:4433 answered: the exit refused the lane: busy"
+        );
+        assert!(ended_by_exit(&quinn::ConnectionError::Reset));
+        assert!(!ended_by_exit(&quinn::ConnectionError::TimedOut));
+        assert!(!ended_by_exit(&quinn::ConnectionError::LocallyClosed));
+    }
 }
