@@ -432,7 +432,9 @@ fn a_striped_download_over_lossy_uplinks_gets_its_lost_packets_sent_again() {
         )
     };
     download_intact(&mut tb, "5001", "20000000");
-    let (reported, resent) = (repairs(&tb, "en", "reported"), repairs(&tb, "ex", "resent"));
+    let (reported, resent) = settled(Duration::from_secs(5), || {
+        (repairs(&tb, "en", "reported"), repairs(&tb, "ex", "resent"))
+    });
     let (lost, at_deadline) = (lost(&tb), reseq(&tb, "released_at_deadline"));
     println!(
         "exit's lanes lost {lost} packets; the entry reported {reported}, the exit sent {resent} again; {at_deadline} released at the deadline, {} held",

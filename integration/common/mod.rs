@@ -271,6 +271,24 @@ pub fn eventually(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Reads `read` every 300 ms (three metric exports, and longer than the testbed's
+/// round trips) until two readings agree, at most for `timeout`; the last reading.
+/// Two gateways' counters compared must be read once neither moves: each exports
+/// its counts every 100 ms, and a packet lost at the end of a transfer is reported
+/// and repaired after it.
+pub fn settled<T: PartialEq>(timeout: Duration, mut read: impl FnMut() -> T) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = read();
+        if now == last || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// Runs `f` on a thread inside the namespace `ns`, so that its sockets live there.
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     braid::demo::testbed::in_netns(ns, f).unwrap_or_else(|e| panic!("{e:#}"))
