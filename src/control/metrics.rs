@@ -55,6 +55,7 @@ pub struct Metrics {
     lane_stalls: IntCounterVec,
     lane_cutoffs: IntCounterVec,
     lane_resent: IntCounterVec,
+    lane_standby_copies: IntCounterVec,
     lane_probes: IntCounterVec,
     lane_opening_bytes: IntCounterVec,
     lane_loss_repairs: IntCounterVec,
@@ -123,6 +124,7 @@ pub struct LaneMetrics {
     pub stalls: IntCounter,
     pub cutoffs: IntCounter,
     pub resent: IntCounter,
+    pub standby_copies: IntCounter,
     pub probes_sent: IntCounter,
     pub probes_received: IntCounter,
     pub opening_bytes: IntCounter,
@@ -316,6 +318,10 @@ impl Metrics {
             lane_resent: counter(
                 "lane_resent_packets_total",
                 "Packets the lane's dead path may have lost, sent again over the other lanes when it was taken out of service",
+            )?,
+            lane_standby_copies: counter(
+                "lane_standby_copies_total",
+                "Copies of sparse flows' packets the standby lane carried while a lane of its site's carrying tier had just been given up and the tier's other lanes were not yet heard from",
             )?,
             lane_probes: counter_by(
                 "lane_probes_total",
@@ -537,6 +543,7 @@ impl Metrics {
             stalls: self.lane_stalls.with_label_values(&l),
             cutoffs: self.lane_cutoffs.with_label_values(&l),
             resent: self.lane_resent.with_label_values(&l),
+            standby_copies: self.lane_standby_copies.with_label_values(&l),
             probes_sent: by(&self.lane_probes, "sent"),
             probes_received: by(&self.lane_probes, "received"),
             opening_bytes: self.lane_opening_bytes.with_label_values(&l),
@@ -1025,6 +1032,7 @@ impl Export {
             count_since(&m.stalls, now.stalls, old.stalls);
             count_since(&m.cutoffs, now.cutoffs, old.cutoffs);
             count_since(&m.resent, now.resent, old.resent);
+            count_since(&m.standby_copies, now.standby_copies, old.standby_copies);
             count_since(&m.probes_sent, now.probes_sent, old.probes_sent);
             count_since(&m.probes_received, now.probes_received, old.probes_received);
             count_since(&m.opening_bytes, now.opening_bytes, old.opening_bytes);

@@ -104,6 +104,11 @@ impl Tiers {
         self.carrying
     }
 
+    /// The best tier ever up.
+    pub fn best_ever(&self) -> Option<u32> {
+        self.best_ever
+    }
+
     /// Decides what carries from `members` (every uplink of the site that has lanes
     /// or is configured) at `now`. Called at every sample of the site's lanes (at
     /// least every 100 ms), which times the holds.

@@ -41,6 +41,9 @@ pub struct LaneCounters {
     /// other lanes (see [`LossReport`]).
     pub loss_reported: u64,
     pub loss_repaired: u64,
+    /// Copies of sparse flows' packets it carried as a standby lane while its
+    /// site's carrying tier was in doubt (`standby_copies.rs`).
+    pub standby_copies: u64,
     /// Scheduler decisions for this lane, indexed like `DecisionKind::ALL`.
     pub decisions: [u64; DecisionKind::ALL.len()],
 }

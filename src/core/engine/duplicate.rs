@@ -4,15 +4,14 @@
 
 use bytes::BytesMut;
 
-use crate::core::lane::LaneId;
+use crate::core::lane::{LaneId, LaneView};
 use crate::core::pacing_table::AppIdx;
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
 use crate::core::wire::DATAGRAM_HEADER_LEN;
 
 use super::DataPath;
-use super::lanes::hand_copy;
-use super::timers::Timer;
+use super::lanes::{Lane, quickest_lane};
 
 impl DataPath {
     /// Sends `copy`, the datagram of a `duplicate` application's packet that went to
@@ -35,19 +34,10 @@ impl DataPath {
         let (colour, uplink) = (first_lane.colour, first_lane.uplink.as_str());
         let len = copy.len();
         let lanes = &self.lanes;
+        let admits = |v: &LaneView| v.up && other_uplink(lanes, v.id, uplink);
         let s = &mut self.sites[site.0 as usize];
-        let Some(view) = s
-            .lanes
-            .iter_mut()
-            .filter(|v| {
-                v.up && v.max_datagram >= len - DATAGRAM_HEADER_LEN
-                    && lanes
-                        .get(v.id.0 as usize)
-                        .and_then(Option::as_ref)
-                        .is_some_and(|l| l.uplink != uplink)
-            })
-            .min_by_key(|v| (v.colour != colour, v.arrival(len, now)))
-        else {
+        let inner = len - DATAGRAM_HEADER_LEN;
+        let Some(view) = quickest_lane(&s.lanes, colour, inner, now, admits) else {
             return;
         };
         let budget = self.pacing.table(site).duplicate_budget_bps();
@@ -55,15 +45,17 @@ impl DataPath {
             self.pacing.count_over_budget(site, app);
             return;
         }
-        let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
-            return;
-        };
-        if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
+        if !self.send_copy(site, view, copy, now) {
             return;
         }
-        let (transmit, due) = hand_copy(lane, view, copy, now);
-        self.timers.earliest(Timer::StallCheck, due);
-        self.transmits.push_back(transmit);
         self.pacing.count_duplicate(site, app, len);
     }
+}
+
+/// Whether lane `id` exists and is of an uplink other than `uplink`.
+pub(super) fn other_uplink(lanes: &[Option<Lane>], id: LaneId, uplink: &str) -> bool {
+    lanes
+        .get(id.0 as usize)
+        .and_then(Option::as_ref)
+        .is_some_and(|l| l.uplink != uplink)
 }

@@ -18,6 +18,7 @@ use crate::core::wire::{DATAGRAM_HEADER_LEN, DatagramHeader, write_datagram_head
 
 use super::lanes::{hand_to_lane, number_for_lane};
 use super::sites::lanes_of;
+use super::standby_copies::is_sparse;
 use super::steering::Steered;
 use super::timers::Timer;
 use super::{DataPath, Transmit};
@@ -54,6 +55,7 @@ impl DataPath {
             return self.count_drop(DropReason::Steered);
         }
         let site = &mut self.sites[site_idx.0 as usize];
+        let tier_doubted = site.tier_in_doubt(self.lane_stall, now);
         let scheduler = &mut site.schedulers[colour as usize];
         let Some(mut pick) = scheduler.pick(&PickContext {
             flow,
@@ -102,6 +104,9 @@ impl DataPath {
             .app(app)
             .is_some_and(|a| a.duplicate)
             .then(|| BytesMut::from(&datagram[..]));
+        // A sparse flow's copy for a standby uplink while the carrying tier is in doubt.
+        let standby_copy =
+            (tier_doubted && is_sparse(&pick)).then(|| BytesMut::from(&datagram[..]));
         // The lane's uplink shaper takes it, or the lane's own queue, each managed by
         // time. `Some` is a packet to hand to the lane now.
         let verdict = match lane.shaper {
@@ -195,6 +200,9 @@ impl DataPath {
         }
         if let Some(copy) = copy {
             self.send_duplicate(site_idx, app, first, copy, now);
+        }
+        if let Some(copy) = standby_copy {
+            self.send_standby_copy(site_idx, first, copy, now);
         }
     }
 

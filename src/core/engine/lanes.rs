@@ -12,11 +12,12 @@ use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
 use crate::core::wire::{mark_copy, set_lane_seq};
 
-use super::Transmit;
 use super::counters::LaneCounters;
 use super::liveness::EXCHANGES_TO_STALL;
 use super::shaping::UplinkShaper;
 use super::standby::UplinkPolicy;
+use super::timers::Timer;
+use super::{DataPath, Transmit};
 
 /// A lane's state beyond what the scheduler sees.
 pub(super) struct Lane {
@@ -219,7 +220,7 @@ pub(super) fn hand_to_lane(
 /// marked as a copy and numbered in the lane's sequence: a datagram sent again over
 /// another lane, or a `duplicate` application's second one. Returns what to send,
 /// and when the engine must look at the lane's wait for an answer.
-pub(super) fn hand_copy(
+fn hand_copy(
     lane: &mut Lane,
     view: &mut LaneView,
     mut copy: BytesMut,
@@ -236,6 +237,50 @@ pub(super) fn hand_copy(
         datagram,
     };
     (transmit, due)
+}
+
+/// Of a site's lanes (`views`), the one `admits` lets carry a copy of a packet of
+/// `len` bytes that fits it and delivers it first, of `colour` if one can; its index.
+pub(super) fn quickest_lane(
+    views: &[LaneView],
+    colour: Colour,
+    len: usize,
+    now: Instant,
+    admits: impl Fn(&LaneView) -> bool,
+) -> Option<usize> {
+    views
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.max_datagram >= len && admits(v))
+        .min_by_key(|(_, v)| (v.colour != colour, v.arrival(len, now)))
+        .map(|(i, _)| i)
+}
+
+impl DataPath {
+    /// Sends `copy` over the lane `site`'s `view`-th lane, straight to its queue (past
+    /// its uplink's shaper: what copies add is bounded where they are made), unless
+    /// that queue is full; whether it went.
+    pub(super) fn send_copy(
+        &mut self,
+        site: SiteIdx,
+        view: usize,
+        copy: BytesMut,
+        now: Instant,
+    ) -> bool {
+        let Some(view) = self.sites[site.0 as usize].lanes.get_mut(view) else {
+            return false;
+        };
+        let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
+            return false;
+        };
+        if lane.queued_bytes() + copy.len() as u64 > self.lane_queue_limit {
+            return false;
+        }
+        let (transmit, due) = hand_copy(lane, view, copy, now);
+        self.timers.earliest(Timer::StallCheck, due);
+        self.transmits.push_back(transmit);
+        true
+    }
 }
 
 /// A lane's delay without a queue is the lowest SRTT of one to two of these: long,

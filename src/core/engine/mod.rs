@@ -47,6 +47,7 @@ mod repair;
 mod shaping;
 mod sites;
 mod standby;
+mod standby_copies;
 mod steering;
 #[cfg(test)]
 mod tests;

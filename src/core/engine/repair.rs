@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::core::lane::{Colour, LaneId, LaneView};
+use crate::core::lane::{LaneId, LaneView};
 use crate::core::time::Instant;
 use crate::core::wire::{DATAGRAM_HEADER_LEN, LossReport, split_datagram};
 
 use super::DataPath;
-use super::lanes::{Lane, hand_copy};
+use super::lanes::{Lane, quickest_lane};
 use super::liveness::LANE_STALL;
-use super::timers::Timer;
 
 /// Datagrams handed to a lane are kept this long (at most [`RESEND_MAX_BYTES`]), so
 /// that those its path may have lost are sent again over the other lanes when it is
@@ -161,41 +160,15 @@ impl DataPath {
         let (site, colour) = (l.site, l.colour);
         let mut sent = 0;
         for datagram in batch.drain(..) {
-            let len = datagram.len();
-            let lanes = &mut self.sites[site.0 as usize].lanes;
-            let Some(view) =
-                quickest_other_lane(lanes, from, colour, len - DATAGRAM_HEADER_LEN, now)
-            else {
-                continue;
-            };
-            let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
-                continue;
-            };
-            // Straight to the lane's queue, not through its uplink's shaper: once per
-            // failure or loss, a round trip's packets at most.
-            if lane.queued_bytes() + len as u64 > self.lane_queue_limit {
-                continue;
+            let (len, views) = (datagram.len(), &self.sites[site.0 as usize].lanes);
+            let admits = |v: &LaneView| v.up && v.id != from;
+            let quickest = quickest_lane(views, colour, len - DATAGRAM_HEADER_LEN, now, admits);
+            // Once per failure or loss, a round trip's packets at most.
+            let copy = BytesMut::from(&datagram[..]);
+            if quickest.is_some_and(|view| self.send_copy(site, view, copy, now)) {
+                sent += 1;
             }
-            let (transmit, due) = hand_copy(lane, view, BytesMut::from(&datagram[..]), now);
-            self.timers.earliest(Timer::StallCheck, due);
-            self.transmits.push_back(transmit);
-            sent += 1;
         }
         sent
     }
-}
-
-/// The lane other than `dead` that is up, can carry a packet of `len` bytes and
-/// delivers it first, of `colour` if one can.
-pub(super) fn quickest_other_lane(
-    lanes: &mut [LaneView],
-    dead: LaneId,
-    colour: Colour,
-    len: usize,
-    now: Instant,
-) -> Option<&mut LaneView> {
-    lanes
-        .iter_mut()
-        .filter(|v| v.up && v.id != dead && v.max_datagram >= len)
-        .min_by_key(|v| (v.colour != colour, v.arrival(len, now)))
 }

@@ -43,6 +43,11 @@ pub(super) struct Site {
     pub striped_drops: StripedDrops,
     /// What the copies of the site's `duplicate` applications may still add.
     pub duplicate_budget: DuplicateBudget,
+    /// When a lane of its carrying tier was last given up (the tier is in doubt
+    /// for a while after), and what copies of its sparse flows may still add to a
+    /// standby uplink (`standby_copies.rs`).
+    pub tier_doubted_at: Option<Instant>,
+    pub standby_copy_budget: DuplicateBudget,
     /// The lanes' queue over the background applications' control interval.
     pub background_queue: QueueSamples,
     /// Which of its uplinks' tiers carry (`standby.rs`).
@@ -71,6 +76,8 @@ impl Site {
             resequenced_drops: FlowTable::new(flow_idle_timeout, max_flows),
             striped_drops: StripedDrops::default(),
             duplicate_budget: DuplicateBudget::default(),
+            tier_doubted_at: None,
+            standby_copy_budget: DuplicateBudget::default(),
             background_queue: QueueSamples::default(),
             tiers: Tiers::default(),
             carried_at: None,

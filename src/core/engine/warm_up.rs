@@ -9,6 +9,7 @@ use bytes::Bytes;
 use crate::core::lane::{Colour, LaneId, LaneView};
 use crate::core::lane_cc::MAX_START_WINDOW;
 use crate::core::site::SiteIdx;
+use crate::core::tiers::Tiers;
 use crate::core::time::Instant;
 use crate::core::wire::{DATAGRAM_HEADER_LEN, PROBE_PADDING};
 
@@ -42,9 +43,11 @@ impl DataPath {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
         };
+        let site = &self.sites[l.site.0 as usize];
         if !self.warm_up_lanes
             || !l.in_first_slow_start()
-            || self.sites[l.site.0 as usize].quiet(now)
+            || site.quiet(now)
+            || stands_in(l, &site.tiers)
         {
             return;
         }
@@ -123,7 +126,7 @@ impl DataPath {
             let Some(Some(lane)) = self.lanes.get_mut(view.id.0 as usize) else {
                 continue;
             };
-            if !lane.in_first_slow_start() {
+            if !lane.in_first_slow_start() || stands_in(lane, &site.tiers) {
                 continue;
             }
             // cwnd / srtt against the busy lane's.
@@ -135,6 +138,18 @@ impl DataPath {
             self.timers.earliest(Timer::StallCheck, due);
         }
     }
+}
+
+/// Whether `lane` is of a tier below the best its site ever had up: a backup, which
+/// carries only while the better tiers are down (or full), is not padded. It may be
+/// billed by the byte, and it takes over from dead lanes what they carried: the
+/// flows moved onto it need its window, which they open themselves. Padded as it
+/// took over, it queued 200-400 KB in its first round trips, its window fell to two
+/// packets, and a call over it stopped for up to 350 ms.
+fn stands_in(lane: &Lane, tiers: &Tiers) -> bool {
+    tiers
+        .best_ever()
+        .is_some_and(|best| lane.policy.priority > best)
 }
 
 /// Hands `lane` a probe of `len` bytes of padding to open its window, counted as

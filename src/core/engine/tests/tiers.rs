@@ -11,6 +11,7 @@ use crate::core::lane::{Colour, LaneId, LaneSample};
 use crate::core::packet::tests::tcp_v4;
 use crate::core::sched::Algorithm;
 use crate::core::tiers::TierSettings;
+use crate::core::wire::split_datagram;
 
 use super::harness::*;
 
@@ -407,4 +408,118 @@ fn an_uplink_demoted_off_stands_by_is_hung_up_and_comes_back_when_given_back() {
     }
     assert_eq!(e.poll_uplink_demand().map(|d| d.dial), Some(false));
     assert_eq!(lanes_used(&mut e, at(16_000)), [dsl]);
+}
+
+/// What left the entry in a cut of the primaries: each datagram's time and lane,
+/// whether it was a copy, and whether it was the call's packet.
+struct CutRun {
+    sent: Vec<(u64, LaneId, bool, bool)>,
+    /// When a primary's lane was first given up, and when the backup first carried.
+    given_up_at: u64,
+    backup_up_at: Option<u64>,
+    backup: LaneId,
+    copies_counted: u64,
+}
+
+impl CutRun {
+    /// The copies that went over the backup from `from` up to `to` ms.
+    fn backup_copies(&self, from: u64, to: u64) -> Vec<(u64, bool)> {
+        self.sent
+            .iter()
+            .filter(|(t, lane, copy, _)| *lane == self.backup && *copy && (from..to).contains(t))
+            .map(|(t, .., call)| (*t, *call))
+            .collect()
+    }
+}
+
+/// Two primaries and a warm backup under AFMT, and a call (a packet every 20 ms,
+/// which AFMT keeps on one primary); at 100 ms the DSL's path dies, and the
+/// cable's with it when `both`; the backup is heard throughout. Once a lane was
+/// given up, a download (a packet every millisecond) starts.
+fn cut_primaries(both: bool) -> CutRun {
+    let tiers = [
+        tier("dsl", 1, false, false),
+        tier("cable", 1, false, false),
+        tier("lte", 2, false, false),
+    ];
+    let mut e = engine(Role::Entry, Algorithm::Afmt);
+    e.handle_uplink_tiers(&tiers, SETTINGS, at(0));
+    let [dsl, cable, lte] = ["dsl", "cable", "lte"].map(|u| tier_lane_up(&mut e, &tiers, u, at(0)));
+    let call = tcp_v4("198.18.0.2", 5060, "203.0.113.1", 5060);
+    let download = tcp_v4("198.18.0.2", 40000, "203.0.113.1", 443);
+    let (mut sent, mut given_up_at, mut backup_up_at) = (Vec::new(), None, None);
+    for t in 1..1000 {
+        if t % 5 == 0 {
+            for lane in [dsl, cable, lte] {
+                let dead = t > 100 && (lane == dsl || (both && lane == cable));
+                let heard = if dead { 100 } else { t };
+                e.handle_lane_sample(lane, drained(&e, lane, heard), at(t));
+            }
+        }
+        e.handle_timeout(at(t));
+        if given_up_at.is_some() {
+            send(&mut e, &download, at(t));
+        }
+        if t % 20 == 0 {
+            send(&mut e, &call, at(t));
+        }
+        for out in transmits(&mut e) {
+            let (header, packet) = split_datagram(&out.datagram).expect("a datagram");
+            sent.push((t, out.lane, header.copy, packet == call.as_slice()));
+        }
+        let down = |l| !state(&e, l).healthy();
+        if given_up_at.is_none() && (down(dsl) || down(cable)) {
+            given_up_at = Some(t);
+        }
+        if backup_up_at.is_none() && state(&e, lte) == LaneState::Up {
+            backup_up_at = Some(t);
+        }
+    }
+    CutRun {
+        sent,
+        given_up_at: given_up_at.expect("no primary's lane was given up"),
+        backup_up_at,
+        backup: lte,
+        copies_counted: e.lane(lte).expect("lane").counters.standby_copies,
+    }
+}
+
+#[test]
+fn while_the_primaries_are_in_doubt_a_call_is_copied_over_the_warm_backup_and_a_download_is_not() {
+    let run = cut_primaries(true);
+    let backup_up_at = run.backup_up_at.expect("the backup never took over");
+    // The call's lane is given up first; the idle one is judged once the call (and
+    // the download) moved onto it.
+    assert!(
+        run.given_up_at < backup_up_at,
+        "{} {backup_up_at}",
+        run.given_up_at
+    );
+    assert_eq!(run.backup_copies(0, run.given_up_at), [], "nothing before");
+    // In between, every call packet is copied over the backup, and of the download
+    // only its first packet (a flow's first may be a query's), not the hundred after.
+    let calls = (run.given_up_at..backup_up_at).filter(|t| t % 20 == 0);
+    let expected: Vec<_> = std::iter::once((run.given_up_at + 1, false))
+        .chain(calls.map(|t| (t, true)))
+        .collect();
+    assert!(
+        backup_up_at - run.given_up_at > 20,
+        "the doubt lasted {} ms",
+        backup_up_at - run.given_up_at
+    );
+    assert_eq!(run.backup_copies(run.given_up_at, backup_up_at), expected);
+    assert_eq!(run.copies_counted, expected.len() as u64);
+}
+
+#[test]
+fn when_one_primary_dies_the_call_is_copied_over_the_backup_for_the_idle_bound_only() {
+    let run = cut_primaries(false);
+    assert_eq!(run.backup_up_at, None, "the cable carries on");
+    // From the DSL's lane given up, for the idle bound (400 ms): the call's packets
+    // (every 20 ms) and the download's first. None after.
+    let calls = (run.given_up_at..run.given_up_at + 400).filter(|t| t % 20 == 0);
+    let expected: Vec<_> = std::iter::once((run.given_up_at + 1, false))
+        .chain(calls.map(|t| (t, true)))
+        .collect();
+    assert_eq!(run.backup_copies(0, 1000), expected);
 }

@@ -1,0 +1,112 @@
+//! Standby copies: while a site's carrying tier is in doubt, each packet of a sparse
+//! flow (a call, a game, a DNS query) also goes, as a copy, over a warm standby
+//! uplink; the receiving gateway passes whichever arrives first (`core/seen.rs`).
+//!
+//! Why: when every primary uplink dies at once, their lanes are judged one after
+//! another. The lane that carried a call goes first, the call moves onto another
+//! primary's lane, and that one is judged only from then on, as an idle lane waits
+//! for no answer: the call stopped for two judgements or more, up to 310 ms, over
+//! the 150 ms a warm backup must fail over within (docs/design/uplink-policy.md).
+//! Copied over the backup from the first judgement on, it stops for one.
+//!
+//! The tier is in doubt from when one of its lanes is given up (its path fell
+//! silent) until the idle bound ([`super::liveness::LANE_STALL`]) has passed, by
+//! which time a silent lane has been given up whatever it carried. Not until its
+//! other lanes are heard from: a lane counts as heard at the sample that shows
+//! what it received, and a lane sampled just after the give-up may show what
+//! arrived before its path died. Only sparse flows are copied, within
+//! [`STANDBY_COPY_RATE_BPS`], so that what a backup billed by the byte carries when
+//! one primary fails is a moment of the calls, not of the downloads.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::core::lane::{LaneId, LaneView};
+use crate::core::sched::{DecisionKind, Pick};
+use crate::core::site::SiteIdx;
+use crate::core::time::Instant;
+use crate::core::wire::DATAGRAM_HEADER_LEN;
+
+use super::DataPath;
+use super::duplicate::other_uplink;
+use super::lanes::quickest_lane;
+use super::sites::Site;
+
+/// A flow whose packets come at least this far apart is sparse: a call's (20 ms),
+/// a game's, a query's; not a transfer's, whose packets come in bursts.
+pub const SPARSE_INTERVAL: Duration = Duration::from_millis(5);
+/// What the copies of a site's sparse flows may add to a standby uplink: some tens
+/// of calls.
+pub const STANDBY_COPY_RATE_BPS: u64 = 2_000_000;
+
+/// Whether the packet `pick` scheduled is of a sparse flow: its first, or one that
+/// came [`SPARSE_INTERVAL`] or more after its flow's previous.
+pub(super) fn is_sparse(pick: &Pick) -> bool {
+    pick.kind == DecisionKind::NewFlow || pick.since_previous.is_some_and(|d| d >= SPARSE_INTERVAL)
+}
+
+impl Site {
+    /// Whether its carrying tier is in doubt at `now`, with idle lanes given up
+    /// after `lane_stall`.
+    pub(super) fn tier_in_doubt(&self, lane_stall: Duration, now: Instant) -> bool {
+        self.tier_doubted_at
+            .is_some_and(|at| now < at.saturating_add(lane_stall))
+    }
+}
+
+impl DataPath {
+    /// Lane `lane` is given up: if it carried traffic, its site's carrying tier is in
+    /// doubt from `now`.
+    pub(super) fn doubt_tier(&mut self, lane: LaneId, now: Instant) {
+        let Some(Some(l)) = self.lanes.get(lane.0 as usize) else {
+            return;
+        };
+        if !l.standby && !l.retired {
+            self.sites[l.site.0 as usize].tier_doubted_at = Some(now);
+        }
+    }
+
+    /// Sends `copy`, the datagram of a sparse flow's packet that went to lane
+    /// `first` while the site's carrying tier is in doubt, over the warm standby lane
+    /// of another uplink where it arrives first (of the same colour if one is),
+    /// within [`STANDBY_COPY_RATE_BPS`].
+    pub(super) fn send_standby_copy(
+        &mut self,
+        site: SiteIdx,
+        first: LaneId,
+        copy: BytesMut,
+        now: Instant,
+    ) {
+        let Some(Some(first_lane)) = self.lanes.get(first.0 as usize) else {
+            return;
+        };
+        let (colour, uplink) = (first_lane.colour, first_lane.uplink.as_str());
+        let lanes = &self.lanes;
+        let standing_by = |v: &LaneView| {
+            lanes
+                .get(v.id.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|l| l.healthy && l.standby && !l.retired && !l.cut_off())
+                && other_uplink(lanes, v.id, uplink)
+        };
+        let len = copy.len();
+        let s = &mut self.sites[site.0 as usize];
+        let inner = len - DATAGRAM_HEADER_LEN;
+        let Some(view) = quickest_lane(&s.lanes, colour, inner, now, standing_by) else {
+            return;
+        };
+        let id = s.lanes[view].id;
+        if !s
+            .standby_copy_budget
+            .take(len as u64, STANDBY_COPY_RATE_BPS, now)
+        {
+            return;
+        }
+        if self.send_copy(site, view, copy, now)
+            && let Some(Some(l)) = self.lanes.get_mut(id.0 as usize)
+        {
+            l.counters.standby_copies += 1;
+        }
+    }
+}
