@@ -4,14 +4,12 @@
 
 use bytes::BytesMut;
 
-use crate::core::lane::{LaneId, LaneView};
+use crate::core::lane::LaneId;
 use crate::core::pacing_table::AppIdx;
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
-use crate::core::wire::DATAGRAM_HEADER_LEN;
 
 use super::DataPath;
-use super::lanes::{Lane, quickest_lane};
 
 impl DataPath {
     /// Sends `copy`, the datagram of a `duplicate` application's packet that went to
@@ -28,18 +26,11 @@ impl DataPath {
         copy: BytesMut,
         now: Instant,
     ) {
-        let Some(Some(first_lane)) = self.lanes.get(first.0 as usize) else {
-            return;
-        };
-        let (colour, uplink) = (first_lane.colour, first_lane.uplink.as_str());
         let len = copy.len();
-        let lanes = &self.lanes;
-        let admits = |v: &LaneView| v.up && other_uplink(lanes, v.id, uplink);
-        let s = &mut self.sites[site.0 as usize];
-        let inner = len - DATAGRAM_HEADER_LEN;
-        let Some(view) = quickest_lane(&s.lanes, colour, inner, now, admits) else {
+        let Some(view) = self.copy_target(site, first, len, now, |v, _| v.up) else {
             return;
         };
+        let s = &mut self.sites[site.0 as usize];
         let budget = self.pacing.table(site).duplicate_budget_bps();
         if !s.duplicate_budget.take(len as u64, budget, now) {
             self.pacing.count_over_budget(site, app);
@@ -50,12 +41,4 @@ impl DataPath {
         }
         self.pacing.count_duplicate(site, app, len);
     }
-}
-
-/// Whether lane `id` exists and is of an uplink other than `uplink`.
-pub(super) fn other_uplink(lanes: &[Option<Lane>], id: LaneId, uplink: &str) -> bool {
-    lanes
-        .get(id.0 as usize)
-        .and_then(Option::as_ref)
-        .is_some_and(|l| l.uplink != uplink)
 }

@@ -7,10 +7,10 @@ use bytes::{Bytes, BytesMut};
 
 use crate::core::aqm::CoDel;
 use crate::core::cutoff::Cutoff;
-use crate::core::lane::{Colour, LaneView};
+use crate::core::lane::{Colour, LaneId, LaneView};
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
-use crate::core::wire::{mark_copy, set_lane_seq};
+use crate::core::wire::{DATAGRAM_HEADER_LEN, mark_copy, set_lane_seq};
 
 use super::counters::LaneCounters;
 use super::liveness::EXCHANGES_TO_STALL;
@@ -257,6 +257,34 @@ pub(super) fn quickest_lane(
 }
 
 impl DataPath {
+    /// Where a copy of `len` bytes of a datagram that went to lane `first` goes: the
+    /// lane of `site` on another uplink that `admits` and that delivers it first, of
+    /// the same colour if one can; its index among the site's lanes.
+    pub(super) fn copy_target(
+        &self,
+        site: SiteIdx,
+        first: LaneId,
+        len: usize,
+        now: Instant,
+        admits: impl Fn(&LaneView, &Lane) -> bool,
+    ) -> Option<usize> {
+        let first = self.lanes.get(first.0 as usize)?.as_ref()?;
+        let elsewhere = |v: &LaneView| {
+            self.lanes
+                .get(v.id.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|l| l.uplink != first.uplink && admits(v, l))
+        };
+        let views = &self.sites[site.0 as usize].lanes;
+        quickest_lane(
+            views,
+            first.colour,
+            len - DATAGRAM_HEADER_LEN,
+            now,
+            elsewhere,
+        )
+    }
+
     /// Sends `copy` over the lane `site`'s `view`-th lane, straight to its queue (past
     /// its uplink's shaper: what copies add is bounded where they are made), unless
     /// that queue is full; whether it went.

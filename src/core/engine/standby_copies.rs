@@ -26,11 +26,9 @@ use crate::core::lane::{LaneId, LaneView};
 use crate::core::sched::{DecisionKind, Pick};
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
-use crate::core::wire::DATAGRAM_HEADER_LEN;
 
 use super::DataPath;
-use super::duplicate::other_uplink;
-use super::lanes::quickest_lane;
+use super::lanes::Lane;
 use super::sites::Site;
 
 /// A flow whose packets come at least this far apart is sparse: a call's (20 ms),
@@ -78,24 +76,13 @@ impl DataPath {
         copy: BytesMut,
         now: Instant,
     ) {
-        let Some(Some(first_lane)) = self.lanes.get(first.0 as usize) else {
-            return;
-        };
-        let (colour, uplink) = (first_lane.colour, first_lane.uplink.as_str());
-        let lanes = &self.lanes;
-        let standing_by = |v: &LaneView| {
-            lanes
-                .get(v.id.0 as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|l| l.healthy && l.standby && !l.retired && !l.cut_off())
-                && other_uplink(lanes, v.id, uplink)
-        };
+        let standing_by =
+            |_: &LaneView, l: &Lane| l.healthy && l.standby && !l.retired && !l.cut_off();
         let len = copy.len();
-        let s = &mut self.sites[site.0 as usize];
-        let inner = len - DATAGRAM_HEADER_LEN;
-        let Some(view) = quickest_lane(&s.lanes, colour, inner, now, standing_by) else {
+        let Some(view) = self.copy_target(site, first, len, now, standing_by) else {
             return;
         };
+        let s = &mut self.sites[site.0 as usize];
         let id = s.lanes[view].id;
         if !s
             .standby_copy_budget
