@@ -587,11 +587,18 @@ impl DataPath {
         let silent_from = l.silent_from(idle_bound);
         let alive = now < silent_from;
         // Its own queue, not its uplink shaper's: the other colour's packets there
-        // would keep it from ever returning while they flow.
+        // would keep it from ever returning while they flow. And only once heard from
+        // since it was taken out: a lane taken out with a silent one (`silent_alike`)
+        // whose own wait was not yet judged otherwise came back at its next sample,
+        // and took packets onto its dead path until judged again.
         let mut recovered = false;
         if !alive {
             l.recovering = true;
-        } else if l.recovering && l.own_queue() == 0 && l.left_quinn >= l.handed_datagrams {
+        } else if l.recovering
+            && l.heard_at > l.state_since
+            && l.own_queue() == 0
+            && l.left_quinn >= l.handed_datagrams
+        {
             l.recovering = false;
             recovered = true;
         }

@@ -493,4 +493,16 @@ fn lanes_silent_as_long_as_one_given_up_are_given_up_with_it() {
     for _ in 0..6 {
         assert_eq!(sent_on(&mut e, &pkt, at(t)), Some(c));
     }
+    // quinn lets b's packets go, and b's own wait is not yet judged: b is still not
+    // heard from, so it stays out of service (it came back at once, and took
+    // packets onto a dead path for a round of judgement).
+    e.handle_lane_sample(b, drained(&e, b, 100), at(t + 1));
+    assert!(!e.lane(b).expect("lane").state.healthy(), "b back unheard");
+    assert_eq!(sent_on(&mut e, &pkt, at(t + 1)), Some(c));
+    // Heard again: back.
+    e.handle_lane_sample(b, drained(&e, b, t + 2), at(t + 2));
+    assert!(
+        e.lane(b).expect("lane").state.healthy(),
+        "b heard, still out"
+    );
 }
