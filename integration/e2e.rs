@@ -1073,41 +1073,15 @@ impl Call {
 
     /// Starts the call, for `seconds`.
     fn start(tb: &mut Testbed, seconds: u64) -> Call {
-        let probe = repo().join("integration/probe.py").display().to_string();
         let received = [tb.path("call-up.json"), tb.path("call-down.json")];
-        let (listen, send) = ((seconds + 2).to_string(), seconds.to_string());
         let mut handles = Vec::new();
         for ((receiver, out), (sender, to)) in [("sv", &received[0]), ("cl", &received[1])]
             .into_iter()
             .zip([("cl", SERVER_V4), ("sv", CLIENT_V4)])
         {
-            let out = out.display().to_string();
-            let args = [
-                "python3",
-                &probe,
-                "recv",
-                "5004",
-                "--seconds",
-                &listen,
-                "--out",
-                &out,
-            ];
-            handles.push(tb.spawn(receiver, &args, Ready::Now));
+            handles.push(probe_recv(tb, receiver, seconds + 2, out));
             std::thread::sleep(Duration::from_millis(200));
-            let args = [
-                "python3",
-                &probe,
-                "send",
-                to,
-                "5004",
-                "--kbps",
-                "80",
-                "--size",
-                "200",
-                "--seconds",
-                &send,
-            ];
-            handles.push(tb.spawn(sender, &args, Ready::Now));
+            handles.push(probe_send(tb, sender, to, seconds, None));
         }
         Call { handles, received }
     }
@@ -1119,20 +1093,13 @@ impl Call {
             tb.wait(handle, Duration::from_secs(30));
         }
         let longest = |file: &std::path::Path| {
-            let text = std::fs::read_to_string(file).expect("probe output");
-            let v: serde_json::Value = serde_json::from_str(&text).expect("probe JSON");
-            let mut arrivals: Vec<u64> = v["samples"]
-                .as_array()
-                .expect("samples")
+            let played: Vec<u64> = probe_samples(file)
                 .iter()
-                .map(|s| (s[1].as_u64().expect("sent"), s[2].as_u64().expect("delay")))
-                .filter(|&(_, delay)| delay <= Self::PLAYOUT.as_nanos() as u64)
-                .map(|(sent, delay)| sent + delay)
+                .filter(|p| p.delay <= Self::PLAYOUT.as_nanos() as u64)
+                .map(|p| p.arrival)
                 .collect();
-            assert!(arrivals.len() > 100, "{} datagrams played", arrivals.len());
-            arrivals.sort_unstable();
-            let gap = arrivals.windows(2).map(|w| w[1] - w[0]).max();
-            Duration::from_nanos(gap.unwrap_or_default())
+            assert!(played.len() > 100, "{} datagrams played", played.len());
+            Duration::from_nanos(longest_gap(played))
         };
         [longest(&self.received[1]), longest(&self.received[0])]
     }
@@ -1657,8 +1624,16 @@ fn monotonic_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// What a `probe.py recv` got: (sequence number, arrival in CLOCK_MONOTONIC ns).
-fn probe_arrivals(file: &std::path::Path) -> Vec<(u64, u64)> {
+/// A datagram `probe.py recv` got.
+struct ProbeSample {
+    seq: u64,
+    /// When it arrived (CLOCK_MONOTONIC, ns), and how long after it was sent.
+    arrival: u64,
+    delay: u64,
+}
+
+/// What a `probe.py recv` wrote to `file`.
+fn probe_samples(file: &std::path::Path) -> Vec<ProbeSample> {
     let text = std::fs::read_to_string(file).expect("probe output");
     let v: serde_json::Value = serde_json::from_str(&text).expect("probe JSON");
     v["samples"]
@@ -1667,9 +1642,60 @@ fn probe_arrivals(file: &std::path::Path) -> Vec<(u64, u64)> {
         .iter()
         .map(|s| {
             let n = |i: usize| s[i].as_u64().expect("a number");
-            (n(0), n(1) + n(2))
+            ProbeSample {
+                seq: n(0),
+                arrival: n(1) + n(2),
+                delay: n(2),
+            }
         })
         .collect()
+}
+
+/// The longest time between two of `times` (ns), in any order.
+fn longest_gap(mut times: Vec<u64>) -> u64 {
+    times.sort_unstable();
+    times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
+}
+
+/// Starts `probe.py recv` on port 5004 in `role` for `seconds`, writing to `out`.
+fn probe_recv(tb: &mut Testbed, role: &str, seconds: u64, out: &std::path::Path) -> usize {
+    let probe = repo().join("integration/probe.py").display().to_string();
+    let (seconds, out) = (seconds.to_string(), out.display().to_string());
+    let args = [
+        "python3",
+        &probe,
+        "recv",
+        "5004",
+        "--seconds",
+        &seconds,
+        "--out",
+        &out,
+    ];
+    tb.spawn(role, &args, Ready::Now)
+}
+
+/// Starts `probe.py send` from `role` to `to`, port 5004, for `seconds`: a VoIP-like
+/// flow of 200-byte datagrams, 50 a second, with `tos` if given.
+fn probe_send(tb: &mut Testbed, role: &str, to: &str, seconds: u64, tos: Option<&str>) -> usize {
+    let probe = repo().join("integration/probe.py").display().to_string();
+    let seconds = seconds.to_string();
+    let mut args = vec![
+        "python3",
+        &probe,
+        "send",
+        to,
+        "5004",
+        "--kbps",
+        "80",
+        "--size",
+        "200",
+        "--seconds",
+        &seconds,
+    ];
+    if let Some(tos) = tos {
+        args.extend(["--tos", tos]);
+    }
+    tb.spawn(role, &args, Ready::Now)
 }
 
 /// Two exits, site1 listing both (a 3 s hold) and site2 only the first: the first
@@ -1691,47 +1717,11 @@ fn a_sites_lanes_move_together_to_the_second_exit_when_the_first_dies_and_return
     tb.start();
     assert_eq!(tb.lanes_up("ex"), 8, "site1's six lanes and site2's two");
     assert_eq!(tb.lanes_up("ex2"), 0, "the second exit stands by");
-    let probe = repo().join("integration/probe.py").display().to_string();
     let (at_server, at_site2) = (tb.path("voip.json"), tb.path("site2.json"));
-    let recv = |tb: &mut Testbed, role: &str, out: &std::path::Path| {
-        let out = out.display().to_string();
-        tb.spawn(
-            role,
-            &[
-                "python3",
-                &probe,
-                "recv",
-                "5004",
-                "--seconds",
-                "12",
-                "--out",
-                &out,
-            ],
-            Ready::Now,
-        )
-    };
-    let server = recv(&mut tb, "sv", &at_server);
-    let site2 = recv(&mut tb, "c2", &at_site2);
+    let server = probe_recv(&mut tb, "sv", 12, &at_server);
+    let site2 = probe_recv(&mut tb, "c2", 12, &at_site2);
     std::thread::sleep(Duration::from_millis(500));
-    let sender = tb.spawn(
-        "cl",
-        &[
-            "python3",
-            &probe,
-            "send",
-            SERVER_V4,
-            "5004",
-            "--kbps",
-            "80",
-            "--size",
-            "200",
-            "--tos",
-            "0xb8",
-            "--seconds",
-            "10",
-        ],
-        Ready::Now,
-    );
+    let sender = probe_send(&mut tb, "cl", SERVER_V4, 10, Some("0xb8"));
     std::thread::sleep(Duration::from_secs(3));
     let killed = monotonic_ns();
     tb.stop_gateway("exit", nix::sys::signal::Signal::SIGKILL);
@@ -1747,21 +1737,21 @@ fn a_sites_lanes_move_together_to_the_second_exit_when_the_first_dies_and_return
     tb.wait(server, Duration::from_secs(15));
     tb.wait(site2, Duration::from_secs(15));
 
-    let arrivals = probe_arrivals(&at_server);
-    let mut seqs: Vec<u64> = arrivals.iter().map(|&(seq, _)| seq).collect();
+    let arrivals = probe_samples(&at_server);
+    let mut seqs: Vec<u64> = arrivals.iter().map(|p| p.seq).collect();
     seqs.sort_unstable();
     let twice = seqs.windows(2).filter(|w| w[0] == w[1]).count();
     assert_eq!(twice, 0, "datagrams delivered twice");
     assert!(
-        probe_arrivals(&at_site2).is_empty(),
+        probe_samples(&at_site2).is_empty(),
         "site2 got site1's datagrams"
     );
-    let mut times: Vec<u64> = arrivals.iter().map(|&(_, at)| at).collect();
-    times.sort_unstable();
-    let gap_ms = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as f64 / 1e6;
+    let times: Vec<u64> = arrivals.iter().map(|p| p.arrival).collect();
+    let gap_ms = longest_gap(times.clone()) as f64 / 1e6;
     let through_second = times
         .iter()
-        .find(|&&at| at > killed + 100_000_000)
+        .filter(|&&at| at > killed + 100_000_000)
+        .min()
         .map(|&at| (at - killed) as f64 / 1e6)
         .expect("datagrams after the first exit died");
     let lost = 500 - arrivals.len().min(500);

@@ -321,7 +321,7 @@ impl Metrics {
             )?,
             lane_standby_copies: counter(
                 "lane_standby_copies_total",
-                "Copies of sparse flows' packets the standby lane carried while a lane of its site's carrying tier had just been given up and the tier's other lanes were not yet heard from",
+                "Copies of sparse flows' packets the standby lane carried in the idle bound (400 ms) after a lane of its site's carrying tier was given up",
             )?,
             lane_probes: counter_by(
                 "lane_probes_total",

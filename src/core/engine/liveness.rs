@@ -371,11 +371,11 @@ impl DataPath {
     /// what they may have lost over the other lanes, and says why for the log.
     pub(super) fn give_up(&mut self, lane: LaneId, srtt: Duration, now: Instant) {
         let alike = self.silent_alike(lane, now);
-        self.doubt_tier(lane, now);
         if let Some(Some(l)) = self.lanes.get(lane.0 as usize) {
             // Before what they lost is sent again: over the tier that takes over.
             self.review_tiers(l.site, now);
         }
+        self.doubt_tier(lane, now);
         for (id, srtt) in std::iter::once((lane, srtt)).chain(alike) {
             let resent = self.resend_from(id, srtt, now);
             if let Some(Some(l)) = self.lanes.get(id.0 as usize) {

@@ -51,6 +51,12 @@ impl super::lanes::Lane {
         self.healthy && !self.standby && !self.retired && !self.cut_off()
     }
 
+    /// Stands by, ready: healthy, of a tier that does not carry now, not replaced,
+    /// not cut off.
+    pub(super) fn stands_by(&self) -> bool {
+        self.healthy && self.standby && !self.retired && !self.cut_off()
+    }
+
     /// Counts for its uplink's tier: healthy, and not cut off from all traffic.
     fn up_for_tier(&self) -> bool {
         self.healthy && !(self.cutoff.is_cut() && self.policy.quality.cut_off == CutOff::All)

@@ -10,11 +10,14 @@
 //! Copied over the backup from the first judgement on, it stops for one.
 //!
 //! The tier is in doubt from when one of its lanes is given up (its path fell
-//! silent) until the idle bound ([`super::liveness::LANE_STALL`]) has passed, by
-//! which time a silent lane has been given up whatever it carried. Not until its
-//! other lanes are heard from: a lane counts as heard at the sample that shows
-//! what it received, and a lane sampled just after the give-up may show what
-//! arrived before its path died. Only sparse flows are copied, within
+//! silent) while a lane stands by, until the idle bound
+//! ([`super::liveness::LANE_STALL`]) has passed, by which time a silent lane has
+//! been given up whatever it carried. Not until its other lanes are heard from: a
+//! lane counts as heard at the sample that shows what it received, so a lane
+//! sampled just after the give-up may show what arrived before its path died.
+//! Sparse is told from the scheduler's flow state (AFMT's): a scheduler without
+//! one (round-robin, min-rtt, ...) tells nothing, and nothing is copied. Only
+//! sparse flows are copied, within
 //! [`STANDBY_COPY_RATE_BPS`], so that what a backup billed by the byte carries when
 //! one primary fails is a moment of the calls, not of the downloads.
 
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
-use crate::core::lane::{LaneId, LaneView};
+use crate::core::lane::LaneId;
 use crate::core::sched::{DecisionKind, Pick};
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
@@ -54,15 +57,27 @@ impl Site {
 }
 
 impl DataPath {
-    /// Lane `lane` is given up: if it carried traffic, its site's carrying tier is in
-    /// doubt from `now`.
+    /// Lane `lane` was given up (and the tiers reviewed): if it carried traffic and a
+    /// lane of its site stands by to take the copies, the site's carrying tier is in
+    /// doubt from `now`; with none left standing by (the backup took over, or the
+    /// site has no tiers), it is not, and no packet is copied for nothing.
     pub(super) fn doubt_tier(&mut self, lane: LaneId, now: Instant) {
-        let Some(Some(l)) = self.lanes.get(lane.0 as usize) else {
+        let Some(Some(given_up)) = self.lanes.get(lane.0 as usize) else {
             return;
         };
-        if !l.standby && !l.retired {
-            self.sites[l.site.0 as usize].tier_doubted_at = Some(now);
+        if given_up.standby || given_up.retired {
+            return;
         }
+        let site = given_up.site;
+        let s = &mut self.sites[site.0 as usize];
+        let lanes = &self.lanes;
+        let standing_by = s.lanes.iter().any(|v| {
+            lanes
+                .get(v.id.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(Lane::stands_by)
+        });
+        s.tier_doubted_at = standing_by.then_some(now);
     }
 
     /// Sends `copy`, the datagram of a sparse flow's packet that went to lane
@@ -76,10 +91,8 @@ impl DataPath {
         copy: BytesMut,
         now: Instant,
     ) {
-        let standing_by =
-            |_: &LaneView, l: &Lane| l.healthy && l.standby && !l.retired && !l.cut_off();
         let len = copy.len();
-        let Some(view) = self.copy_target(site, first, len, now, standing_by) else {
+        let Some(view) = self.copy_target(site, first, len, now, |_, l| l.stands_by()) else {
             return;
         };
         let s = &mut self.sites[site.0 as usize];

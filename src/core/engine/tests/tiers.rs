@@ -523,3 +523,24 @@ fn when_one_primary_dies_the_call_is_copied_over_the_backup_for_the_idle_bound_o
         .collect();
     assert_eq!(run.backup_copies(0, 1000), expected);
 }
+
+#[test]
+fn a_site_with_no_lane_standing_by_is_never_in_doubt() {
+    // Two equal uplinks, no tiers: the DSL's lane is given up, and with nothing to
+    // copy over no packet is copied for nothing (the doubt is not even entered).
+    let (mut e, dsl, lte) = two_lanes(Algorithm::Afmt);
+    let pkt = tcp_v4("198.18.0.2", 1, "203.0.113.1", 80);
+    let mut t = 5;
+    while state(&e, dsl).healthy() && t < 1000 {
+        sent_on(&mut e, &pkt, at(t));
+        e.handle_lane_sample(dsl, drained(&e, dsl, 1), at(t));
+        e.handle_lane_sample(lte, drained(&e, lte, t), at(t));
+        e.handle_timeout(at(t));
+        t += 5;
+    }
+    assert!(
+        !state(&e, dsl).healthy(),
+        "the DSL's lane was never given up"
+    );
+    assert_eq!(e.sites[0].tier_doubted_at, None);
+}
