@@ -69,6 +69,10 @@ pub struct Outcome {
 pub struct Start {
     pub declared: Duration,
     pub idle: Duration,
+    /// The lane's slow start already ended at this window (a loss or a cut in its
+    /// first round trips, as the sending gateway's warm-up and the inner flows'
+    /// bursts make them in the testbed).
+    pub left_slow_start_at: Option<u64>,
 }
 
 /// A delay line that keeps order: each packet leaves no earlier than the one before.
@@ -107,6 +111,11 @@ pub fn run_from(path: Path, start: Start, seconds: u64, seed: u64) -> Outcome {
     let mut rng = Rng(seed | 1);
     let mut window = LaneWindow::new(14_720, MTU as u16, Instant::ZERO);
     window.set_delay_variation(start.declared);
+    if let Some(left) = start.left_slow_start_at {
+        (window.window, window.ssthresh) = (left, left);
+        // With the variation already in force: not a slow start to begin again.
+        window.variation_in_force = start.declared;
+    }
     let loaded_at = Instant::ZERO + start.idle;
     let serialise = Duration::from_nanos(MTU * 8 * 1_000_000_000 / path.rate_bps);
     let buffer_packets = (path.buffer.as_nanos() / serialise.as_nanos()).max(1) as usize;
