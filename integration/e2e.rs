@@ -3350,6 +3350,59 @@ fn flows_with_deadlines_are_counted_met_and_missed_as_the_gateway_passes_their_b
     entry_status_shows(&tb, "    deadlines met 0, missed 1\n");
 }
 
+/// Writes controller `name`'s configuration (listening on `port`, a period of
+/// 500 ms, the exact solver, reading the entry and the exit) into the testbed's
+/// directory, and returns its path.
+fn controller_config(tb: &Testbed, name: &str, port: u16) -> String {
+    let config = tb.path(&format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\nperiod_ms = 500\nsolver = \"exact\"\n\
+             [[gateways]]\nurl = \"http://127.0.0.1:9190\"\ntoken_file = \"admin.token\"\n\
+             [[gateways]]\nurl = \"http://198.19.200.1:9190\"\ntoken_file = \"admin.token\"\n"
+        ),
+    )
+    .expect("write the controller's configuration");
+    config.display().to_string()
+}
+
+/// Starts controller `name` (see [`controller_config`]) in the entry's namespace.
+fn start_controller(tb: &mut Testbed, name: &str, port: u16) -> usize {
+    let config = controller_config(tb, name, port);
+    tb.spawn(
+        "en",
+        &[braid_bin(), "controller", "--config", &config],
+        Ready::Listens(port),
+    )
+}
+
+/// A controller's `/metrics`.
+fn controller_metrics(tb: &Testbed, port: u16) -> String {
+    tb.ok(
+        "en",
+        &[
+            "python3",
+            "-c",
+            &format!("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"),
+        ],
+    )
+}
+
+/// The sum of a controller's series of `metric` (every label set).
+fn controller_total(metrics: &str, metric: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The tables a controller put.
+fn pushes(metrics: &str) -> f64 {
+    controller_total(metrics, "braid_controller_pushes_total")
+}
+
 #[test]
 fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_second_one_takes_over_only_when_it_stops()
  {
@@ -3380,39 +3433,7 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
         0,
         "the exit has no table yet"
     );
-    let controller = |tb: &mut Testbed, name: &str, port: u16| -> usize {
-        let config = tb.path(&format!("{name}.toml"));
-        std::fs::write(
-            &config,
-            format!(
-                "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\nperiod_ms = 500\nsolver = \"exact\"\n\
-                 [[gateways]]\nurl = \"http://127.0.0.1:9190\"\ntoken_file = \"admin.token\"\n\
-                 [[gateways]]\nurl = \"http://198.19.200.1:9190\"\ntoken_file = \"admin.token\"\n"
-            ),
-        )
-        .expect("write the controller's configuration");
-        tb.spawn(
-            "en",
-            &[
-                braid_bin(),
-                "controller",
-                "--config",
-                &config.display().to_string(),
-            ],
-            Ready::Listens(port),
-        )
-    };
     let table = table_at;
-    let metrics = |tb: &Testbed, port: u16| -> String {
-        tb.ok(
-            "en",
-            &[
-                "python3",
-                "-c",
-                &format!("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"),
-            ],
-        )
-    };
     let kill = |tb: &Testbed, handle: usize| {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(tb.child_pid(handle) as i32),
@@ -3420,7 +3441,7 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
         )
         .expect("kill a controller");
     };
-    let a = controller(&mut tb, "ctl-a", 9290);
+    let a = start_controller(&mut tb, "ctl-a", 9290);
     let synced = eventually(Duration::from_secs(3), || {
         table(&tb, "ex")["apps"][0]["name"] == "bulk"
     });
@@ -3463,18 +3484,16 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
         assert_eq!(t["apps"][0]["utility"], "download", "{t}");
         assert_eq!(t["controller"], "ctl-a", "{t}");
     }
-    let pushes = |m: &str| -> f64 {
-        m.lines()
-            .filter(|l| l.starts_with("braid_controller_pushes_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    assert!(pushes(&metrics(&tb, 9290)) >= 2.0, "{}", metrics(&tb, 9290));
+    assert!(
+        pushes(&controller_metrics(&tb, 9290)) >= 2.0,
+        "{}",
+        controller_metrics(&tb, 9290)
+    );
 
     // B finds the site A's, and A renewing it (every second): it leaves it alone.
-    let b = controller(&mut tb, "ctl-b", 9291);
+    let b = start_controller(&mut tb, "ctl-b", 9291);
     std::thread::sleep(Duration::from_millis(2500));
-    let m = metrics(&tb, 9291);
+    let m = controller_metrics(&tb, 9291);
     assert!(
         m.contains("braid_controller_sites{state=\"held\"} 1"),
         "{m}"
@@ -3496,7 +3515,7 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
     for t in &seen {
         assert_eq!(t["apps"][0]["rate_up_kbps"], 5750, "{t}");
     }
-    let m = metrics(&tb, 9291);
+    let m = controller_metrics(&tb, 9291);
     assert!(m.contains("braid_controller_sites{state=\"own\"} 1"), "{m}");
 
     // B killed too: the gateways keep what they have.
@@ -3516,4 +3535,126 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
     );
     tb.wait(upload, Duration::from_secs(15));
     tb.wait(server, Duration::from_secs(5));
+}
+
+#[test]
+fn of_two_controllers_with_the_same_view_the_gateways_take_one_table_and_the_other_controller_is_refused_and_yields()
+ {
+    // One site over two uplinks of 20 Mbit/s and an upload whose application has
+    // no rate in the operator's table (a table no controller wrote: anyone's). Two
+    // controllers started at the same instant read it alike and each put a table
+    // replacing its version: the gateways take the first and refuse the second
+    // (409), whose controller counts the refusal and from then on leaves the site
+    // to the first. Started together, one may find the other's table already put
+    // and yield without a refusal: the pair is started again on a fresh operator's
+    // table, up to five times.
+    let mut tb = Testbed::up(
+        "e2ectl2",
+        &[("RATES", "20 20"), ("EXIT_ADMIN_LISTEN", "0.0.0.0:9190")],
+    );
+    tb.start();
+    let token = std::fs::read_to_string(tb.path("admin.token")).expect("token");
+    // Left running: the testbed ends them.
+    tb.spawn(
+        "sv",
+        &["iperf3", "-s", "-1", "-p", "5201"],
+        Ready::Listens(5201),
+    );
+    tb.spawn(
+        "cl",
+        &["iperf3", "-c", SERVER_V4, "-p", "5201", "-t", "60"],
+        Ready::Now,
+    );
+    let configs = [
+        controller_config(&tb, "ctl-c", 9292),
+        controller_config(&tb, "ctl-d", 9293),
+    ];
+    let started_together = format!(
+        "{braid} controller --config {c} & exec {braid} controller --config {d}",
+        braid = braid_bin(),
+        c = configs[0],
+        d = configs[1]
+    );
+    let mut race = None;
+    for attempt in 0..5 {
+        // The operator's table: a version above any a controller put.
+        let (status, body) = tb.admin_request(
+            "en",
+            "PUT",
+            "/v1/sites/site1/pacing",
+            Some(token.trim()),
+            format!(
+                r#"{{"version": {}, "apps": [{{"name": "bulk",
+                "match": {{"proto": "tcp", "remote_ports": "5201"}}, "utility": "download"}}]}}"#,
+                1_000_000 * (attempt + 1)
+            )
+            .as_bytes(),
+        );
+        assert_eq!(status, 200, "{body}");
+        let pair = tb.spawn("en", &["sh", "-c", &started_together], Ready::Listens(9293));
+        tb.wait_listening("en", 9292);
+        let mut seen = [serde_json::Value::Null, serde_json::Value::Null];
+        let settled = eventually(Duration::from_secs(6), || {
+            seen = [table_at(&tb, "en"), table_at(&tb, "ex")];
+            seen[0]["controller"].is_string()
+                && seen[0]["controller"] == seen[1]["controller"]
+                && seen.iter().all(|t| t["apps"][0]["rate_up_kbps"] == 5750)
+        });
+        assert!(
+            settled,
+            "no controller's table in force at both gateways: {seen:?}"
+        );
+        let metrics = [controller_metrics(&tb, 9292), controller_metrics(&tb, 9293)];
+        let refused = metrics.clone().map(|m| {
+            controller_total(
+                &m.lines()
+                    .filter(|l| l.contains("reason=\"refused\""))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                "braid_controller_push_failures_total",
+            )
+        });
+        println!(
+            "attempt {attempt}: refused {refused:?}, in force {}",
+            seen[0]["controller"]
+        );
+        if refused.iter().any(|&r| r > 0.0) {
+            race = Some((pair, seen[0]["controller"].clone(), refused, metrics));
+            break;
+        }
+        stop_controllers(&tb, &configs);
+        // Each stops on SIGTERM and exits 0, the gateways keeping their tables.
+        tb.wait(pair, Duration::from_secs(5));
+    }
+    let Some((_pair, winner, refused, metrics)) = race else {
+        panic!("in five starts the two controllers never put against the same version");
+    };
+    // The other one was refused, and yields: it holds the site and puts nothing
+    // more while the one in force renews its table.
+    let (loser, port) = if winner == "ctl-c" {
+        (1, 9293)
+    } else {
+        (0, 9292)
+    };
+    assert!(refused[loser] > 0.0, "{metrics:?}");
+    let before = pushes(&controller_metrics(&tb, port));
+    std::thread::sleep(Duration::from_millis(2500));
+    let m = controller_metrics(&tb, port);
+    assert!(
+        m.contains("braid_controller_sites{state=\"held\"} 1"),
+        "{m}"
+    );
+    assert_eq!(pushes(&m), before, "{m}");
+    for role in ["en", "ex"] {
+        assert_eq!(table_at(&tb, role)["controller"], winner);
+    }
+    stop_controllers(&tb, &configs);
+}
+
+/// Stops the controllers started with `configs` (by their command lines: one of
+/// them is no child of the testbed's).
+fn stop_controllers(tb: &Testbed, configs: &[String]) {
+    for config in configs {
+        tb.run("en", &["pkill", "-f", config]);
+    }
 }
