@@ -482,7 +482,8 @@ impl<T> AppPacing<T> {
         );
         let mut gone: Vec<SlotId> = old_apps.into_values().map(|(slot, ..)| slot).collect();
         // The queues of decelerated flows go too (their packets were accepted: they
-        // are sent on at once); the new table's deadlines start afresh.
+        // are sent on at once); the flows of applications that keep their deadline
+        // keep their clocks (`Deadlines::renumber`).
         gone.extend(
             std::mem::take(&mut self.sites[site.0 as usize].decelerated)
                 .into_iter()
@@ -548,10 +549,15 @@ impl<T> AppPacing<T> {
                 })
             }))
             .collect();
-        let deadlines = self.new_deadlines(site);
         let s = &mut self.sites[site.0 as usize];
+        let old_table = &s.table;
+        s.deadlines.renumber(|old| {
+            let before = old_table.apps.get(old.0.checked_sub(1)? as usize)?;
+            let i = table.apps.iter().position(|a| a.name == before.name)?;
+            (before.deadline.is_some() && table.apps[i].deadline == before.deadline)
+                .then_some(AppIdx(i as u32 + 1))
+        });
         s.decelerated = decelerated;
-        s.deadlines = deadlines;
         s.classifier = Classifier::new(&table);
         s.cache = FlowTable::new(self.flow_idle_timeout, self.max_flows);
         s.flows = vec![0; table.apps.len() + 1];
@@ -895,6 +901,53 @@ mod tests {
             p.classify(site, &pkt, Direction::Up, Instant::ZERO),
             AppIdx::DEFAULT
         );
+    }
+
+    #[test]
+    fn a_new_version_of_the_table_keeps_the_clocks_of_flows_whose_deadline_stays() {
+        let site = SiteIdx(0);
+        let json = |version: u32, first: &str, ms: u32| {
+            format!(
+                r#"{{"version": {version}, "apps": [{first}{{"name": "reports", "match": {{"remote_ports": "80"}}, "deadline": {{"ms": {ms}}}}}]}}"#
+            )
+        };
+        let mut p = with_table(site, &json(1, "", 500));
+        let flow = FlowKey(7);
+        let data = |ends| Data {
+            len: 1000,
+            ends,
+            seq_end: None,
+        };
+        let at = |ms: u64| Instant::from_nanos(ms * MS);
+        let reports = AppIdx(1);
+        let due = p.due(site, reports).expect("a deadline");
+        assert_eq!(
+            p.carry_deadline(site, reports, due, flow, data(false), at(0)),
+            (false, true)
+        );
+        // The controller puts its table again, an application before it: the flow
+        // keeps the clock it started at 0, and ends at 600 ms, too late.
+        let other = r#"{"name": "other", "match": {"remote_ports": "22"}}, "#;
+        p.apply(site, table(&json(2, other, 500)), at(100), |_| ());
+        let reports = AppIdx(2);
+        let due = p.due(site, reports).expect("a deadline");
+        assert_eq!(
+            p.carry_deadline(site, reports, due, flow, data(true), at(600)),
+            (false, false)
+        );
+        let c = p.counters(site, reports);
+        assert_eq!((c.deadlines_met, c.deadlines_missed), (0, 1));
+        // A deadline changed: its flows start afresh under it.
+        let flow = FlowKey(8);
+        p.carry_deadline(site, reports, due, flow, data(false), at(700));
+        p.apply(site, table(&json(3, other, 800)), at(800), |_| ());
+        let due = p.due(site, reports).expect("a deadline");
+        assert_eq!(
+            p.carry_deadline(site, reports, due, flow, data(true), at(1_400)),
+            (false, true)
+        );
+        let c = p.counters(site, reports);
+        assert_eq!((c.deadlines_met, c.deadlines_missed), (1, 1));
     }
 
     #[test]

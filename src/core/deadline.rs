@@ -180,6 +180,23 @@ impl Deadlines {
         }
     }
 
+    /// A new version of the table: each running flow's application is `renumber`ed
+    /// (its index in the new table), and the flows of an application it gives none
+    /// (gone, or no longer with the same deadline) are forgotten. The others keep
+    /// their clocks and what they carried: a controller puts its table again every few
+    /// seconds, and a flow whose clock started again at each put met a deadline it
+    /// had missed. Whether a flow is decelerated is decided again at the next review.
+    pub fn renumber(&mut self, mut renumber: impl FnMut(AppIdx) -> Option<AppIdx>) {
+        self.flows.retain(|f| match renumber(f.app) {
+            Some(app) => {
+                f.app = app;
+                f.decelerated = false;
+                true
+            }
+            None => false,
+        });
+    }
+
     /// Takes a packet of a flow of `app`, whose flows are `due`, carrying `data`; a
     /// flow's first packet starts its clock. A TCP flow has carried what its
     /// highest sequence number says (retransmissions carry it no further).

@@ -116,6 +116,11 @@ impl<V: Copy> FlowTable<V> {
         self.map.iter_mut().map(|(_, e)| &mut e.value)
     }
 
+    /// Keeps the flows whose value `keep` (which may change it) says to keep.
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        self.map.retain(|_, e| keep(&mut e.value));
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }
