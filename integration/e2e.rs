@@ -3389,18 +3389,33 @@ fn controller_metrics(tb: &Testbed, port: u16) -> String {
     )
 }
 
-/// The sum of a controller's series of `metric` (every label set).
-fn controller_total(metrics: &str, metric: &str) -> f64 {
+/// The sum of a controller's series of `metric` whose labels contain `labels`
+/// (every series where it is empty).
+fn controller_total(metrics: &str, metric: &str, labels: &str) -> f64 {
     metrics
         .lines()
         .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .filter(|l| l.contains(labels))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
 
 /// The tables a controller put.
 fn pushes(metrics: &str) -> f64 {
-    controller_total(metrics, "braid_controller_pushes_total")
+    controller_total(metrics, "braid_controller_pushes_total", "")
+}
+
+/// A testbed `name` of one site over two uplinks of 20 Mbit/s whose exit's admin
+/// API listens on every address (a controller in the entry's namespace reads both
+/// gateways), started, and its admin token.
+fn controller_testbed(name: &str) -> (Testbed, String) {
+    let tb = Testbed::up(
+        name,
+        &[("RATES", "20 20"), ("EXIT_ADMIN_LISTEN", "0.0.0.0:9190")],
+    );
+    tb.start();
+    let token = std::fs::read_to_string(tb.path("admin.token")).expect("token");
+    (tb, token.trim().to_string())
 }
 
 #[test]
@@ -3413,17 +3428,12 @@ fn the_controller_gives_an_applications_flows_their_rate_at_both_gateways_and_a_
     // computed rate within a few periods. A second controller, B, leaves the site to
     // A while A renews its table, and takes it over once A is killed; killed too,
     // the gateways keep their tables.
-    let mut tb = Testbed::up(
-        "e2ectl",
-        &[("RATES", "20 20"), ("EXIT_ADMIN_LISTEN", "0.0.0.0:9190")],
-    );
-    tb.start();
-    let token = std::fs::read_to_string(tb.path("admin.token")).expect("token");
+    let (mut tb, token) = controller_testbed("e2ectl");
     let (status, body) = tb.admin_request(
         "en",
         "PUT",
         "/v1/sites/site1/pacing",
-        Some(token.trim()),
+        Some(&token),
         br#"{"version": 1, "apps": [{"name": "bulk",
             "match": {"proto": "tcp", "remote_ports": "5201"}, "utility": "download"}]}"#,
     );
@@ -3548,12 +3558,7 @@ fn of_two_controllers_with_the_same_view_the_gateways_take_one_table_and_the_oth
     // to the first. Started together, one may find the other's table already put
     // and yield without a refusal: the pair is started again on a fresh operator's
     // table, up to five times.
-    let mut tb = Testbed::up(
-        "e2ectl2",
-        &[("RATES", "20 20"), ("EXIT_ADMIN_LISTEN", "0.0.0.0:9190")],
-    );
-    tb.start();
-    let token = std::fs::read_to_string(tb.path("admin.token")).expect("token");
+    let (mut tb, token) = controller_testbed("e2ectl2");
     // Left running: the testbed ends them.
     tb.spawn(
         "sv",
@@ -3582,7 +3587,7 @@ fn of_two_controllers_with_the_same_view_the_gateways_take_one_table_and_the_oth
             "en",
             "PUT",
             "/v1/sites/site1/pacing",
-            Some(token.trim()),
+            Some(&token),
             format!(
                 r#"{{"version": {}, "apps": [{{"name": "bulk",
                 "match": {{"proto": "tcp", "remote_ports": "5201"}}, "utility": "download"}}]}}"#,
@@ -3607,11 +3612,9 @@ fn of_two_controllers_with_the_same_view_the_gateways_take_one_table_and_the_oth
         let metrics = [controller_metrics(&tb, 9292), controller_metrics(&tb, 9293)];
         let refused = metrics.clone().map(|m| {
             controller_total(
-                &m.lines()
-                    .filter(|l| l.contains("reason=\"refused\""))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
+                &m,
                 "braid_controller_push_failures_total",
+                "reason=\"refused\"",
             )
         });
         println!(
@@ -3619,14 +3622,14 @@ fn of_two_controllers_with_the_same_view_the_gateways_take_one_table_and_the_oth
             seen[0]["controller"]
         );
         if refused.iter().any(|&r| r > 0.0) {
-            race = Some((pair, seen[0]["controller"].clone(), refused, metrics));
+            race = Some((seen[0]["controller"].clone(), refused, metrics));
             break;
         }
         stop_controllers(&tb, &configs);
         // Each stops on SIGTERM and exits 0, the gateways keeping their tables.
         tb.wait(pair, Duration::from_secs(5));
     }
-    let Some((_pair, winner, refused, metrics)) = race else {
+    let Some((winner, refused, metrics)) = race else {
         panic!("in five starts the two controllers never put against the same version");
     };
     // The other one was refused, and yields: it holds the site and puts nothing

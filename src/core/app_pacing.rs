@@ -550,13 +550,25 @@ impl<T> AppPacing<T> {
             }))
             .collect();
         let s = &mut self.sites[site.0 as usize];
-        let old_table = &s.table;
-        s.deadlines.renumber(|old| {
-            let before = old_table.apps.get(old.0.checked_sub(1)? as usize)?;
-            let i = table.apps.iter().position(|a| a.name == before.name)?;
-            (before.deadline.is_some() && table.apps[i].deadline == before.deadline)
-                .then_some(AppIdx(i as u32 + 1))
-        });
+        // Each old application's index in the new table, where it keeps its deadline.
+        let new_index: FixedMap<&str, usize> = table
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.as_str(), i))
+            .collect();
+        let renumbered: Vec<Option<AppIdx>> = s
+            .table
+            .apps
+            .iter()
+            .map(|before| {
+                let i = *new_index.get(before.name.as_str())?;
+                (before.deadline.is_some() && table.apps[i].deadline == before.deadline)
+                    .then_some(AppIdx(i as u32 + 1))
+            })
+            .collect();
+        s.deadlines
+            .renumber(|old| *renumbered.get(old.0.checked_sub(1)? as usize)?);
         s.decelerated = decelerated;
         s.classifier = Classifier::new(&table);
         s.cache = FlowTable::new(self.flow_idle_timeout, self.max_flows);
