@@ -98,7 +98,9 @@ fn benches(c: &mut Criterion) {
                     for n in 0..APPS {
                         let t = Instant::from_nanos((round * APPS + n) as u64);
                         match pacing.enqueue(site, AppIdx(n as u32 + 1), false, 1, 1000, t) {
-                            Enqueued::Dropped(_) => panic!("the queues hold 16 KiB"),
+                            Enqueued::Dropped(_) | Enqueued::Standing(_) => {
+                                panic!("the queues hold 16 KiB")
+                            }
                             Enqueued::Now(_) | Enqueued::Queued => {}
                         }
                     }

@@ -245,6 +245,7 @@ impl<T> AppPacing<T> {
             rate_bps,
             burst_bytes: 0,
             queue_limit_bytes: default_queue_limit(rate_bps).max(DECELERATED_QUEUE),
+            codel: false,
         }
     }
 
@@ -440,6 +441,12 @@ impl<T> AppPacing<T> {
             queue_limit_bytes: app
                 .and_then(|a| a.queue_limit_bytes)
                 .unwrap_or_else(|| default_queue_limit(rate_bps)),
+            // A foreground application's greedy flows would keep its queue full, the
+            // whole limit (100 ms at its rate) added to every round trip of its
+            // flows and to the delay its utility is judged by (`core/allocation/`).
+            // A background application's search reads its full queue's drops as
+            // demand beyond its rate (`core/background.rs`).
+            codel: background.is_none(),
         }
     }
 
@@ -679,7 +686,7 @@ impl<T> AppPacing<T> {
             _ => s.slots[app.0 as usize],
         };
         let enqueued = self.pacer.enqueue(slot, item, len, now);
-        if matches!(enqueued, Enqueued::Dropped(_)) {
+        if matches!(enqueued, Enqueued::Dropped(_) | Enqueued::Standing(_)) {
             s.counters[app.0 as usize].drops += 1;
         }
         enqueued
@@ -844,7 +851,9 @@ mod tests {
                 match p.enqueue(site, app, false, u32::from(round), 1000, Instant::ZERO) {
                     Enqueued::Now(_) => now_sent += 1,
                     Enqueued::Queued => {}
-                    Enqueued::Dropped(_) => panic!("the default queue holds 100 ms at 8 Mbit/s"),
+                    Enqueued::Dropped(_) | Enqueued::Standing(_) => {
+                        panic!("the default queue holds 100 ms at 8 Mbit/s")
+                    }
                 }
             }
         }

@@ -38,6 +38,19 @@ pub fn lane_target(longest_one_way: Duration) -> Duration {
     shaper_target(shaper_interval(longest_one_way))
 }
 
+/// The largest inner packet an application's pacer queue is judged by: a queue
+/// holding one is never too long, and its target is at least two of them.
+pub const PACED_MTU: u64 = 1500;
+
+/// How long an application's pacer queue may stand above its target before packets
+/// are dropped. An application's queue fills in bursts that end by themselves, a
+/// page load in its slow start for as long as the page takes (500 kB, 0.4 s at 10
+/// Mbit/s); with CoDel's 100 ms such loads were dropped from, and the web class of
+/// the pacing paper's Section 7 (`benches/section7.rs`, 20 applications) got 7.5 of
+/// its 9.9 Mbit/s. A queue that stands longer than such a burst is a long flow's,
+/// which would otherwise keep the whole queue limit standing.
+pub const APP_INTERVAL: Duration = Duration::from_millis(500);
+
 /// How long the delay may stay above the target before packets are dropped: a worst
 /// case round trip of the inner flows, CoDel's default.
 pub const INTERVAL: Duration = Duration::from_millis(100);
@@ -217,6 +230,30 @@ impl CoDel {
         CoDel::new(TARGET, lane_interval(min_rtt), lane_max_sojourn(min_rtt))
     }
 
+    /// CoDel for an application's pacer queue at `rate_bps` (`core/pacer.rs`),
+    /// bounded only by the queue's bytes ([`CoDel::fit_rate`]).
+    pub fn for_rate(rate_bps: u64) -> CoDel {
+        let mut codel = CoDel::new(TARGET, INTERVAL, Duration::MAX);
+        codel.fit_rate(rate_bps);
+        codel
+    }
+
+    /// Fits the target and interval of an application's pacer queue to its rate,
+    /// now `rate_bps`: CoDel's 5 ms, or two full packets' time at a rate too slow to
+    /// send them in 5 ms (RFC 8289 §4.4: the target at least a packet's
+    /// transmission), and an interval of [`APP_INTERVAL`], or twenty times the
+    /// target where that is longer. A TCP flow paced at 1 Mbit/s keeps two packets
+    /// queued whatever its window, and at 64 kbit/s one packet takes 190 ms: a 5 ms
+    /// target would drop such flows' packets for as long as they run.
+    pub fn fit_rate(&mut self, rate_bps: u64) {
+        let two_packets = match rate_bps {
+            0 => Duration::ZERO,
+            bps => Duration::from_nanos(2 * PACED_MTU * 8 * 1_000_000_000 / bps),
+        };
+        self.target = TARGET.max(two_packets);
+        self.interval = APP_INTERVAL.max(self.target * 20);
+    }
+
     /// Fits the interval and the bound to the lane's path, now `min_rtt` long.
     pub fn fit_lane(&mut self, min_rtt: Duration) {
         self.interval = lane_interval(min_rtt);
@@ -310,6 +347,12 @@ impl CoDel {
         true
     }
 
+    /// The queue emptied: whatever stood before has drained.
+    pub fn drained(&mut self) {
+        self.first_above = None;
+        self.dropping = false;
+    }
+
     /// True while the queue has stood for an interval and packets are being dropped.
     #[cfg(test)]
     fn dropping(&self) -> bool {
@@ -340,6 +383,19 @@ mod tests {
         (from..to)
             .filter(|&t| codel.should_drop(sojourn(t), 20 * MTU, MTU, ms(t), || Instant::ZERO))
             .collect()
+    }
+
+    #[test]
+    fn an_application_queues_target_allows_two_packets_at_its_rate() {
+        let video = CoDel::for_rate(5_000_000);
+        assert_eq!((video.target, video.interval), (TARGET, APP_INTERVAL));
+        // 64 kbit/s: a 1500-byte packet takes 187.5 ms.
+        let terminal = CoDel::for_rate(64_000);
+        assert_eq!(terminal.target, Duration::from_millis(375));
+        assert_eq!(terminal.interval, Duration::from_millis(7_500));
+        let mut refitted = terminal;
+        refitted.fit_rate(5_000_000);
+        assert_eq!(refitted.target, TARGET);
     }
 
     #[test]

@@ -10,12 +10,16 @@
 //! departure time of its head, so a packet costs O(log busy queues) and the shell
 //! needs a single timer for every queue. A rate of 0 is unpaced: packets leave at
 //! once (behind any still queued). Queues beyond `queue_limit_bytes` drop the
-//! arriving packet (drop tail). Re-rating keeps a queue's packets.
+//! arriving packet (drop tail); a queue whose spec asks for it is also judged by how
+//! long its packets wait, by CoDel (`core/aqm.rs`), and drops the arriving packet
+//! once it has stood above its target for an interval. Re-rating keeps a queue's
+//! packets.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
+use super::aqm::{CoDel, PACED_MTU};
 use super::time::Instant;
 
 /// How far behind schedule a queue may fall and still catch up at once: the shell's
@@ -37,6 +41,9 @@ pub struct PaceSpec {
     pub burst_bytes: u64,
     /// Bytes the queue holds at most.
     pub queue_limit_bytes: u64,
+    /// Whether CoDel also judges the queue by how long its packets wait, at a target
+    /// fitted to the rate ([`CoDel::fit_rate`]).
+    pub codel: bool,
 }
 
 /// What became of an enqueued packet.
@@ -48,6 +55,9 @@ pub enum Enqueued<T> {
     Queued,
     /// The queue is full: the packet is dropped (handed back to the caller).
     Dropped(T),
+    /// The queue has stood above its target delay for an interval (its spec's
+    /// `codel`): the packet is dropped (handed back to the caller).
+    Standing(T),
 }
 
 #[derive(Debug)]
@@ -57,6 +67,8 @@ struct Slot<T> {
     next_departure: u64,
     queue: VecDeque<(T, u32)>,
     queued_bytes: u64,
+    /// The queue's CoDel state, used while the spec asks for it.
+    codel: CoDel,
     /// Bumped whenever the slot's calendar entry is superseded or the slot is freed.
     epoch: u32,
     in_use: bool,
@@ -108,6 +120,7 @@ impl<T> Pacer<T> {
             next_departure: 0,
             queue: VecDeque::new(),
             queued_bytes: 0,
+            codel: CoDel::for_rate(spec.rate_bps),
             epoch: 0,
             in_use: true,
         };
@@ -129,6 +142,7 @@ impl<T> Pacer<T> {
     pub fn set(&mut self, id: SlotId, spec: PaceSpec, now: Instant) {
         let s = &mut self.slots[id.0 as usize];
         s.spec = spec;
+        s.codel.fit_rate(spec.rate_bps);
         let Some(&(_, head_len)) = s.queue.front() else {
             return;
         };
@@ -161,11 +175,27 @@ impl<T> Pacer<T> {
             s.next_departure = s.next_departure.max(s.credit_floor(now));
             if s.next_departure <= now {
                 s.next_departure += send_time(u64::from(len32), s.spec.rate_bps);
+                s.codel.drained();
                 return Enqueued::Now(item);
             }
         }
         if s.queued_bytes + u64::from(len32) > s.spec.queue_limit_bytes {
             return Enqueued::Dropped(item);
+        }
+        if s.spec.codel {
+            // The packet leaves once the head has and everything queued behind it.
+            let wait =
+                s.next_departure.saturating_sub(now) + send_time(s.queued_bytes, s.spec.rate_bps);
+            let verdict = s.codel.verdict(
+                Duration::from_nanos(wait),
+                s.queued_bytes,
+                PACED_MTU,
+                Instant::from_nanos(now),
+                || Instant::ZERO,
+            );
+            if verdict.is_some() {
+                return Enqueued::Standing(item);
+            }
         }
         s.queue.push_back((item, len32));
         s.queued_bytes += u64::from(len32);
@@ -234,6 +264,7 @@ mod tests {
             rate_bps,
             burst_bytes,
             queue_limit_bytes: 1 << 20,
+            codel: false,
         }
     }
 
@@ -256,7 +287,9 @@ mod tests {
                 match pacer.enqueue(slot, (slot.0, len), len as usize, Instant::from_nanos(now)) {
                     Enqueued::Now((s, l)) => out.push((now, SlotId(s), l)),
                     Enqueued::Queued => {}
-                    Enqueued::Dropped(_) => panic!("the queue limit is generous"),
+                    Enqueued::Dropped(_) | Enqueued::Standing(_) => {
+                        panic!("the queue limit is generous")
+                    }
                 }
             }
             pacer.release(Instant::from_nanos(now), |slot, (_, l)| {
@@ -322,6 +355,7 @@ mod tests {
             rate_bps: 8_000,
             burst_bytes: 0,
             queue_limit_bytes: 2500,
+            codel: false,
         });
         let now = Instant::from_nanos(10_000 * MS);
         assert_eq!(p.enqueue(a, 1, 1000, now), Enqueued::Now(1));
@@ -329,6 +363,52 @@ mod tests {
         assert_eq!(p.enqueue(a, 3, 1000, now), Enqueued::Queued);
         assert_eq!(p.enqueue(a, 4, 1000, now), Enqueued::Dropped(4));
         assert_eq!(p.queued_bytes(a), 2000);
+    }
+
+    /// Offers 1000-byte packets to a queue paced at 8 Mbit/s (1 ms each), every
+    /// `spacing_us`, for `ms`, releasing every 0.1 ms; returns when each packet CoDel
+    /// refused arrived, in ms.
+    fn standing_drops(codel: bool, spacing_us: u64, ms: u64) -> Vec<u64> {
+        let mut p = Pacer::default();
+        let a = p.add(PaceSpec {
+            codel,
+            ..spec(8_000_000, 0)
+        });
+        let mut drops = Vec::new();
+        let mut next_arrival = 0;
+        for tick in 0..ms * 10 {
+            let now = tick * MS / 10;
+            while next_arrival <= now {
+                let at = Instant::from_nanos(next_arrival);
+                match p.enqueue(a, 0, 1000, at) {
+                    Enqueued::Standing(_) => drops.push(next_arrival / MS),
+                    Enqueued::Dropped(_) => panic!("the queue holds 1 MiB"),
+                    Enqueued::Now(_) | Enqueued::Queued => {}
+                }
+                next_arrival += spacing_us * 1000;
+            }
+            p.release(Instant::from_nanos(now), |_, _| {});
+        }
+        drops
+    }
+
+    #[test]
+    fn a_queue_judged_by_codel_drops_once_its_packets_waited_too_long_for_an_interval() {
+        // Offered a quarter over its rate, the queue's wait grows a millisecond every
+        // four: past CoDel's 5 ms target after 20 ms, so the first drop comes an
+        // interval later.
+        let drops = standing_drops(true, 800, 1_500);
+        let first = *drops.first().expect("a standing queue is dropped from");
+        assert!((515..=525).contains(&first), "first drop at {first} ms");
+        // Then ever more often, as CoDel's control law has it.
+        assert!(
+            drops.len() >= 3 && drops[2] - drops[1] < drops[1] - drops[0],
+            "{drops:?}"
+        );
+        // The same queue without CoDel only grows.
+        assert!(standing_drops(false, 800, 1_500).is_empty());
+        // Offered 90 % of its rate, the queue never stands.
+        assert!(standing_drops(true, 1_111, 2_000).is_empty());
     }
 
     #[test]
@@ -397,7 +477,7 @@ mod tests {
             arrivals in proptest::collection::vec((0u64..200, 64u32..1500), 1..300),
         ) {
             let mut p = Pacer::default();
-            let a = p.add(PaceSpec { rate_bps: rate_kbps * 1000, burst_bytes: burst, queue_limit_bytes: u64::MAX });
+            let a = p.add(PaceSpec { rate_bps: rate_kbps * 1000, burst_bytes: burst, queue_limit_bytes: u64::MAX, codel: false });
             let mut arrivals: Vec<(u64, SlotId, u32)> =
                 arrivals.into_iter().map(|(ms, len)| (ms * MS, a, len)).collect();
             arrivals.sort_by_key(|x| x.0);

@@ -61,8 +61,9 @@ pub enum DropReason {
     /// packet would wait longer than its bound (`aqm::lane_max_sojourn`, or
     /// `aqm::MAX_SOJOURN` in an uplink's shaper) at the lane's rate.
     QueueFull,
-    /// The lane's queue inside braid has stood above CoDel's target delay for an
-    /// interval: dropped so that the inner transport slows down (`core/aqm.rs`).
+    /// The lane's queue inside braid, or a paced application's queue, has stood
+    /// above CoDel's target delay for an interval: dropped so that the inner
+    /// transport slows down (`core/aqm.rs`).
     QueueDelay,
     /// The exit knows no site for the inner destination.
     NoSite,

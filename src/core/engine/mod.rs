@@ -348,6 +348,7 @@ impl DataPath {
             Enqueued::Now(packet) => self.forward(site, app, packet, now),
             Enqueued::Queued => {}
             Enqueued::Dropped(_) => self.count_drop(DropReason::QueueFull),
+            Enqueued::Standing(_) => self.count_drop(DropReason::QueueDelay),
         }
     }
 
