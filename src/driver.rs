@@ -47,11 +47,27 @@ use crate::tun_writer::{TunWriter, WriterGone};
 
 /// Packets read per wake-up before the loop looks at its other inputs again.
 const BATCH: usize = 64;
-/// How often the engine's counters are copied into the Prometheus metrics.
+/// How often the engine's counters, and those of the lanes that carry, are copied
+/// into the Prometheus metrics.
 const METRICS_INTERVAL: Duration = Duration::from_millis(100);
+/// How often every lane's and application's metrics are copied: an idle lane's
+/// change only when it is sampled, once a second while its site is quiet
+/// (`core/engine/quiet.rs`), and an idle application's not at all.
+const FULL_METRICS_INTERVAL: Duration = Duration::from_secs(1);
 /// How often per-application and lane rates are measured for `GET /v1/sites/{site}/apps`
 /// and `GET /v1/status`.
 const APP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Which metrics an export copies besides the engine's own counters.
+#[derive(Clone, Copy)]
+enum Exported {
+    /// Every lane's and every application's.
+    All,
+    /// Those of the lanes that carried since their last sample.
+    Busy,
+    /// One lane's, as it comes up or goes.
+    Lane(LaneId),
+}
 
 /// Packets read from the TUN device by one data-path thread for another's sites.
 pub type Handoff = Vec<BytesMut>;
@@ -246,6 +262,7 @@ impl Driver {
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
         let mut export_at = self.clock.now();
+        let mut full_export_at = export_at;
         let mut report_at = export_at;
         // Pinged from this loop, so that a loop that is stuck misses it.
         let watchdog_every = self.notifier.watchdog_interval().map(|i| i / 2);
@@ -334,8 +351,12 @@ impl Driver {
             }
             self.send_handoffs();
             // Checked on every wake-up, so that traffic cannot starve them.
-            if now >= export_at {
-                self.export_metrics();
+            if now >= full_export_at {
+                self.export_metrics(Exported::All);
+                full_export_at = now + FULL_METRICS_INTERVAL;
+                export_at = now + METRICS_INTERVAL;
+            } else if now >= export_at {
+                self.export_metrics(Exported::Busy);
                 export_at = now + METRICS_INTERVAL;
             }
             if now >= report_at {
@@ -363,7 +384,7 @@ impl Driver {
         for lane in self.lanes.iter().flatten() {
             lane.conn.close(0u32.into(), b"shutdown");
         }
-        self.export_metrics();
+        self.export_metrics(Exported::All);
         self.log_drops();
         self.lane_tasks.shutdown().await;
         failure.map_or(Ok(()), Err)
@@ -620,7 +641,7 @@ impl Driver {
         self.lanes[slot] = Some(io);
         self.engine.lanes_to_sample(now, &mut self.lane_ids);
         self.sample_lanes(now);
-        self.export_metrics();
+        self.export_metrics(Exported::Lane(id));
     }
 
     /// Hands the engine what a lane's receive task sent; how many inputs that was.
@@ -639,7 +660,7 @@ impl Driver {
                 self.lane_ids.clear();
                 self.lane_ids.push(lane);
                 self.sample_lanes(now);
-                self.export_metrics();
+                self.export_metrics(Exported::Lane(lane));
                 self.engine.handle_lane_closed(lane);
                 self.export.lane_closed(lane);
                 if self
@@ -780,16 +801,23 @@ impl Driver {
         }
     }
 
-    /// Copies the engine's counters into the metrics, and (the first thread) tells
-    /// systemd once the engine is ready and whenever the number of lanes up changes.
-    fn export_metrics(&mut self) {
-        self.export.copy(&self.engine);
+    /// Copies the engine's counters into the metrics, with the lanes' and
+    /// applications' that `exported` names, and (the first thread) tells systemd
+    /// once the engine is ready and whenever the number of lanes up changes.
+    fn export_metrics(&mut self, exported: Exported) {
+        match exported {
+            Exported::All => {
+                self.export.copy_all(&self.engine);
+                self.app_stats.export(&self.engine);
+            }
+            Exported::Busy => self.export.copy(&self.engine),
+            Exported::Lane(lane) => self.export.copy_one_lane(&self.engine, lane),
+        }
         (
             self.offload_counts.write_super,
             self.offload_counts.write_packets,
         ) = self.tun_writer.merged();
         self.export.copy_offload(&self.offload_counts);
-        self.app_stats.export(&self.engine);
         if !self.links.first() {
             return;
         }

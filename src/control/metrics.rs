@@ -1,6 +1,7 @@
 //! Prometheus metrics of SPEC §10 (prefix `braid_`). Children are created once per
 //! lane or reason and kept, so the per-packet cost is one atomic add.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -801,6 +802,12 @@ pub struct Export {
     /// Every uplink a lane came up on: its site and name, its `uplink_up` gauge, and
     /// whether one of its lanes (of either colour) is up.
     uplinks: Vec<UplinkExport>,
+    /// Each uplink's index in `uplinks`, by site and name.
+    uplink_index: HashMap<(String, String), usize>,
+    /// Whether a lane's standing changed since the uplinks' gauges were last set.
+    uplinks_changed: bool,
+    /// The lanes that carried since their last sample, for a copy of those alone.
+    busy: Vec<LaneId>,
 }
 
 /// Super-packets that crossed the TUN device and the packets they carried, counted by
@@ -820,11 +827,13 @@ struct LaneExport {
     exported: LaneCounters,
     /// Its uplink in `Export::uplinks`.
     uplink: usize,
+    /// As last copied: whether it was healthy, and whether it carried (up, not
+    /// standing by or cut off).
+    healthy: bool,
+    carrying: bool,
 }
 
 struct UplinkExport {
-    site: String,
-    name: String,
     up: IntGauge,
     standby: IntGauge,
     any_lane_up: bool,
@@ -848,6 +857,9 @@ impl Export {
             reseq: Vec::new(),
             lanes: Vec::new(),
             uplinks: Vec::new(),
+            uplink_index: HashMap::new(),
+            uplinks_changed: false,
+            busy: Vec::new(),
         };
         export.add_sites(engine);
         export
@@ -874,26 +886,27 @@ impl Export {
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
         }
-        let known = self
-            .uplinks
-            .iter()
-            .position(|u| u.site == site && u.name == uplink);
-        let index = known.unwrap_or_else(|| {
-            let [up, standby] = self.metrics.uplink_gauges(site, uplink);
-            self.uplinks.push(UplinkExport {
-                site: site.to_string(),
-                name: uplink.to_string(),
-                up,
-                standby,
-                any_lane_up: false,
-                any_lane_carrying: false,
-            });
-            self.uplinks.len() - 1
-        });
+        let key = (site.to_string(), uplink.to_string());
+        let index = match self.uplink_index.get(&key) {
+            Some(&index) => index,
+            None => {
+                let [up, standby] = self.metrics.uplink_gauges(site, uplink);
+                self.uplinks.push(UplinkExport {
+                    up,
+                    standby,
+                    any_lane_up: false,
+                    any_lane_carrying: false,
+                });
+                self.uplink_index.insert(key, self.uplinks.len() - 1);
+                self.uplinks.len() - 1
+            }
+        };
         self.lanes[slot] = Some(LaneExport {
             metrics: self.metrics.lane(site, uplink, colour),
             exported: LaneCounters::default(),
             uplink: index,
+            healthy: false,
+            carrying: false,
         });
     }
 
@@ -902,6 +915,7 @@ impl Export {
     pub fn lane_closed(&mut self, lane: LaneId) {
         if let Some(slot) = self.lanes.get_mut(lane.0 as usize) {
             *slot = None;
+            self.uplinks_changed = true;
         }
     }
 
@@ -923,8 +937,48 @@ impl Export {
         self.handed_over = counts.handed_over;
     }
 
-    /// Copies what changed since the last call.
+    /// Copies what changed since the last call: of the lanes, only those that
+    /// carried since their last sample (`DataPath::lanes_sending`). An exit's
+    /// thousands of idle lanes change only when sampled, once a second while their
+    /// site is quiet, and reading each of them every 100 ms took about a tenth of
+    /// the idle exit's CPU at 1,000 sites (docs/scale-out.md); [`Export::copy_all`]
+    /// reads them.
     pub fn copy(&mut self, engine: &DataPath) {
+        self.copy_engine(engine);
+        let mut busy = std::mem::take(&mut self.busy);
+        engine.lanes_sending(&mut busy);
+        for &lane in &busy {
+            self.copy_lane(engine, lane);
+        }
+        self.busy = busy;
+        self.copy_uplinks();
+    }
+
+    /// Copies what changed since the last call, every lane's included.
+    pub fn copy_all(&mut self, engine: &DataPath) {
+        self.copy_engine(engine);
+        for i in 0..self.lanes.len() {
+            self.copy_lane(engine, LaneId(i as u32));
+        }
+        self.copy_uplinks();
+    }
+
+    /// Copies one lane's counts and gauges (it came up, or is about to be gone) and
+    /// the lanes up.
+    pub fn copy_one_lane(&mut self, engine: &DataPath, lane: LaneId) {
+        self.copy_lanes_up(engine);
+        self.copy_lane(engine, lane);
+        self.copy_uplinks();
+    }
+
+    fn copy_lanes_up(&mut self, engine: &DataPath) {
+        let lanes_up = i64::try_from(engine.lanes_up()).unwrap_or(i64::MAX);
+        self.metrics.add_lanes_up(lanes_up - self.lanes_up);
+        self.lanes_up = lanes_up;
+    }
+
+    /// Copies the data path's own counts: drops, colours, sites, flows, lanes up.
+    fn copy_engine(&mut self, engine: &DataPath) {
         self.add_sites(engine);
         for reason in DropReason::ALL {
             let total = engine.dropped(reason);
@@ -997,32 +1051,29 @@ impl Export {
         let flows = i64::try_from(engine.flows_active()).unwrap_or(i64::MAX);
         self.metrics.flows_active.add(flows - self.flows_active);
         self.flows_active = flows;
-        let lanes_up = i64::try_from(engine.lanes_up()).unwrap_or(i64::MAX);
-        self.metrics.add_lanes_up(lanes_up - self.lanes_up);
-        self.lanes_up = lanes_up;
-        for u in &mut self.uplinks {
-            u.any_lane_up = false;
-            u.any_lane_carrying = false;
+        self.copy_lanes_up(engine);
+    }
+
+    /// Copies a lane's gauges, and its counts where they changed.
+    fn copy_lane(&mut self, engine: &DataPath, lane: LaneId) {
+        let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
+            return;
+        };
+        let Some(lane) = engine.lane(lane) else {
+            return;
+        };
+        let (view, now) = (lane.view, lane.counters);
+        let standing = (lane.state.healthy(), lane.state == LaneState::Up);
+        if (l.healthy, l.carrying) != standing {
+            (l.healthy, l.carrying) = standing;
+            self.uplinks_changed = true;
         }
-        for (i, l) in self.lanes.iter_mut().enumerate() {
-            let Some(l) = l else { continue };
-            let Some(lane) = engine.lane(LaneId(i as u32)) else {
-                continue;
-            };
-            let (view, now) = (lane.view, lane.counters);
-            let m = &l.metrics;
-            let uplink = &mut self.uplinks[l.uplink];
-            uplink.any_lane_up |= lane.state.healthy();
-            uplink.any_lane_carrying |= lane.state == LaneState::Up;
-            m.srtt.set(view.srtt.as_secs_f64());
-            m.delay_variation.set(view.delay_variation.as_secs_f64());
-            m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
-            m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
-            // Most of an exit's lanes are idle, their counts unchanged since the
-            // last copy.
-            if *now == l.exported {
-                continue;
-            }
+        let m = &l.metrics;
+        m.srtt.set(view.srtt.as_secs_f64());
+        m.delay_variation.set(view.delay_variation.as_secs_f64());
+        m.cwnd.set(i64::try_from(view.cwnd).unwrap_or(i64::MAX));
+        m.fill.set(i64::try_from(view.fill).unwrap_or(i64::MAX));
+        if *now != l.exported {
             let old = l.exported;
             count_since(&m.tx_packets, now.tx_packets, old.tx_packets);
             count_since(&m.tx_bytes, now.tx_bytes, old.tx_bytes);
@@ -1043,8 +1094,24 @@ impl Export {
             }
             l.exported = *now;
         }
-        // An uplink is up while a lane of either colour is: the green lanes' path
-        // may fail alone.
+    }
+
+    /// Sets the uplinks' gauges from their lanes' standing, where a lane's changed.
+    /// An uplink is up while a lane of either colour is: the green lanes' path may
+    /// fail alone.
+    fn copy_uplinks(&mut self) {
+        if !std::mem::take(&mut self.uplinks_changed) {
+            return;
+        }
+        for u in &mut self.uplinks {
+            u.any_lane_up = false;
+            u.any_lane_carrying = false;
+        }
+        for l in self.lanes.iter().flatten() {
+            let uplink = &mut self.uplinks[l.uplink];
+            uplink.any_lane_up |= l.healthy;
+            uplink.any_lane_carrying |= l.carrying;
+        }
         for u in &self.uplinks {
             u.up.set(i64::from(u.any_lane_up));
             u.standby
