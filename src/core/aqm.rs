@@ -1,4 +1,5 @@
-//! CoDel (RFC 8289) for a lane's queue inside braid: the queue is managed by how long
+//! CoDel (RFC 8289) for a lane's queue inside braid (and, fitted to its rate, for an
+//! application's pacer queue, [`CoDel::for_rate`]): the queue is managed by how long
 //! packets wait in it, not by how many bytes it holds, so that a slow uplink does not
 //! hide a quarter of a second of queue behind a byte limit sized for a fast one.
 //!
