@@ -799,6 +799,7 @@ impl Driver {
                 self.engine.handle_lane_sample(lane, io.sample(), now);
             }
         }
+        self.export.lanes_sampled(&self.lane_ids);
     }
 
     /// Copies the engine's counters into the metrics, with the lanes' and

@@ -799,15 +799,14 @@ pub struct Export {
     reseq: Vec<(Vec<IntCounter>, ReseqCounters)>,
     /// By `LaneId`.
     lanes: Vec<Option<LaneExport>>,
-    /// Every uplink a lane came up on: its site and name, its `uplink_up` gauge, and
-    /// whether one of its lanes (of either colour) is up.
+    /// Every uplink a lane came up on: its gauges and how many of its lanes stand how.
     uplinks: Vec<UplinkExport>,
     /// Each uplink's index in `uplinks`, by site and name.
     uplink_index: HashMap<(String, String), usize>,
-    /// Whether a lane's standing changed since the uplinks' gauges were last set.
-    uplinks_changed: bool,
     /// The lanes that carried since their last sample, for a copy of those alone.
     busy: Vec<LaneId>,
+    /// The lanes sampled since the last copy: what changed in them is copied next.
+    sampled: Vec<LaneId>,
 }
 
 /// Super-packets that crossed the TUN device and the packets they carried, counted by
@@ -829,15 +828,33 @@ struct LaneExport {
     uplink: usize,
     /// As last copied: whether it was healthy, and whether it carried (up, not
     /// standing by or cut off).
-    healthy: bool,
-    carrying: bool,
+    standing: Standing,
+    /// Listed in `Export::sampled`.
+    sampled: bool,
 }
+
+/// Whether a lane is healthy, and whether it carries.
+type Standing = (bool, bool);
 
 struct UplinkExport {
     up: IntGauge,
     standby: IntGauge,
-    any_lane_up: bool,
-    any_lane_carrying: bool,
+    /// Its lanes (of either colour) healthy, and carrying, as last copied.
+    healthy_lanes: u32,
+    carrying_lanes: u32,
+}
+
+impl UplinkExport {
+    /// One of its lanes went from standing `was` to `is`: the gauges follow. An
+    /// uplink is up while a lane of either colour is (the green lanes' path may fail
+    /// alone), and stands by while none of them carries.
+    fn lane_moved(&mut self, was: Standing, is: Standing) {
+        self.healthy_lanes = self.healthy_lanes + u32::from(is.0) - u32::from(was.0);
+        self.carrying_lanes = self.carrying_lanes + u32::from(is.1) - u32::from(was.1);
+        let up = self.healthy_lanes > 0;
+        self.up.set(i64::from(up));
+        self.standby.set(i64::from(up && self.carrying_lanes == 0));
+    }
 }
 
 impl Export {
@@ -858,7 +875,7 @@ impl Export {
             lanes: Vec::new(),
             uplinks: Vec::new(),
             uplink_index: HashMap::new(),
-            uplinks_changed: false,
+            sampled: Vec::new(),
             busy: Vec::new(),
         };
         export.add_sites(engine);
@@ -886,6 +903,7 @@ impl Export {
         if self.lanes.len() <= slot {
             self.lanes.resize_with(slot + 1, || None);
         }
+        self.lane_closed(lane);
         let key = (site.to_string(), uplink.to_string());
         let index = match self.uplink_index.get(&key) {
             Some(&index) => index,
@@ -894,8 +912,8 @@ impl Export {
                 self.uplinks.push(UplinkExport {
                     up,
                     standby,
-                    any_lane_up: false,
-                    any_lane_carrying: false,
+                    healthy_lanes: 0,
+                    carrying_lanes: 0,
                 });
                 self.uplink_index.insert(key, self.uplinks.len() - 1);
                 self.uplinks.len() - 1
@@ -905,17 +923,16 @@ impl Export {
             metrics: self.metrics.lane(site, uplink, colour),
             exported: LaneCounters::default(),
             uplink: index,
-            healthy: false,
-            carrying: false,
+            standing: (false, false),
+            sampled: false,
         });
     }
 
     /// A lane is gone (copy its last counts first); its uplink is up while another
-    /// of its lanes is, from the next copy on.
+    /// of its lanes is.
     pub fn lane_closed(&mut self, lane: LaneId) {
-        if let Some(slot) = self.lanes.get_mut(lane.0 as usize) {
-            *slot = None;
-            self.uplinks_changed = true;
+        if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize).map(Option::take) {
+            self.uplinks[l.uplink].lane_moved(l.standing, (false, false));
         }
     }
 
@@ -937,21 +954,33 @@ impl Export {
         self.handed_over = counts.handed_over;
     }
 
-    /// Copies what changed since the last call: of the lanes, only those that
-    /// carried since their last sample (`DataPath::lanes_sending`). An exit's
-    /// thousands of idle lanes change only when sampled, once a second while their
-    /// site is quiet, and reading each of them every 100 ms took about a tenth of
-    /// the idle exit's CPU at 1,000 sites (docs/scale-out.md); [`Export::copy_all`]
-    /// reads them.
+    /// The shell sampled `lanes`: their views and counts may have changed.
+    pub fn lanes_sampled(&mut self, lanes: &[LaneId]) {
+        for &lane in lanes {
+            if let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize)
+                && !l.sampled
+            {
+                l.sampled = true;
+                self.sampled.push(lane);
+            }
+        }
+    }
+
+    /// Copies what changed since the last call: of the lanes, only those sampled
+    /// since or carrying now (`DataPath::lanes_sending`). An exit's thousands of idle
+    /// lanes change only when sampled, once a second while their site is quiet,
+    /// and reading each of them every 100 ms took about a tenth of the idle exit's
+    /// CPU at 1,000 sites (docs/scale-out.md).
     pub fn copy(&mut self, engine: &DataPath) {
         self.copy_engine(engine);
-        let mut busy = std::mem::take(&mut self.busy);
-        engine.lanes_sending(&mut busy);
-        for &lane in &busy {
+        let mut lanes = std::mem::take(&mut self.busy);
+        engine.lanes_sending(&mut lanes);
+        lanes.append(&mut self.sampled);
+        for &lane in &lanes {
             self.copy_lane(engine, lane);
         }
-        self.busy = busy;
-        self.copy_uplinks();
+        lanes.clear();
+        self.busy = lanes;
     }
 
     /// Copies what changed since the last call, every lane's included.
@@ -960,7 +989,7 @@ impl Export {
         for i in 0..self.lanes.len() {
             self.copy_lane(engine, LaneId(i as u32));
         }
-        self.copy_uplinks();
+        self.sampled.clear();
     }
 
     /// Copies one lane's counts and gauges (it came up, or is about to be gone) and
@@ -968,7 +997,6 @@ impl Export {
     pub fn copy_one_lane(&mut self, engine: &DataPath, lane: LaneId) {
         self.copy_lanes_up(engine);
         self.copy_lane(engine, lane);
-        self.copy_uplinks();
     }
 
     fn copy_lanes_up(&mut self, engine: &DataPath) {
@@ -1059,14 +1087,15 @@ impl Export {
         let Some(Some(l)) = self.lanes.get_mut(lane.0 as usize) else {
             return;
         };
+        l.sampled = false;
         let Some(lane) = engine.lane(lane) else {
             return;
         };
         let (view, now) = (lane.view, lane.counters);
         let standing = (lane.state.healthy(), lane.state == LaneState::Up);
-        if (l.healthy, l.carrying) != standing {
-            (l.healthy, l.carrying) = standing;
-            self.uplinks_changed = true;
+        if l.standing != standing {
+            self.uplinks[l.uplink].lane_moved(l.standing, standing);
+            l.standing = standing;
         }
         let m = &l.metrics;
         m.srtt.set(view.srtt.as_secs_f64());
@@ -1093,29 +1122,6 @@ impl Export {
                 count_since(c, now.decisions[k], old.decisions[k]);
             }
             l.exported = *now;
-        }
-    }
-
-    /// Sets the uplinks' gauges from their lanes' standing, where a lane's changed.
-    /// An uplink is up while a lane of either colour is: the green lanes' path may
-    /// fail alone.
-    fn copy_uplinks(&mut self) {
-        if !std::mem::take(&mut self.uplinks_changed) {
-            return;
-        }
-        for u in &mut self.uplinks {
-            u.any_lane_up = false;
-            u.any_lane_carrying = false;
-        }
-        for l in self.lanes.iter().flatten() {
-            let uplink = &mut self.uplinks[l.uplink];
-            uplink.any_lane_up |= l.healthy;
-            uplink.any_lane_carrying |= l.carrying;
-        }
-        for u in &self.uplinks {
-            u.up.set(i64::from(u.any_lane_up));
-            u.standby
-                .set(i64::from(u.any_lane_up && !u.any_lane_carrying));
         }
     }
 }
