@@ -27,6 +27,13 @@ const MIN_SAMPLES: usize = 6;
 /// the highest include the hosts' scheduling hiccups, which a busy gateway's idle
 /// lanes over steady paths showed often enough to pass for a variation at 90 %.
 const PERCENTILE: (usize, usize) = (3, 4);
+/// How many lone round trips' worth the measured span is taken larger by: with `n`
+/// of them, by `(n + 6) / n`, and by at least a quarter. Of spans measured from
+/// round trips that are the sum of two uniform draws, one in ten falls below 0.43 of
+/// the variation with 6 of them, 0.6 with 12 and 0.86 with 32: so scaled, below 0.8
+/// to 1.0 with any number, and the median lies a quarter above the variation with
+/// 24 or more, a half with 6 to 10.
+const SMALL_SAMPLE_MARGIN: u32 = 6;
 /// Variation of the lone round trips below this is a steady path's own noise: the
 /// peer's acknowledgement delay (at most [`crate::core::engine::PEER_ACK_DELAY`])
 /// and the hosts' scheduling, which on a busy two-core gateway spread the idle
@@ -98,12 +105,16 @@ impl VariationEstimate {
     /// acknowledgements do not. A lone packet's round trip is the sum of two draws,
     /// one each way: the sum of two uniform spreads of `s` has 75 % of its draws
     /// within about 1.3 `s` of its lowest, and the lowest of a few dozen draws sits
-    /// about 0.3 `s` above that, so their span is about `s`, give or take a fifth.
-    /// Taken a quarter larger: an understated variation leaves a loaded lane's
+    /// about 0.3 `s` above that, so their span is about `s`, give or take a fifth,
+    /// with a few dozen of them; with a few, it spreads from half of `s` to one and
+    /// a half. Taken larger by [`SMALL_SAMPLE_MARGIN`] lone round trips' worth (at
+    /// least a quarter larger): an understated variation leaves a loaded lane's
     /// round trips above the delay cap's allowance, which then cuts the lane every
-    /// round trip (in the lane's path simulator, a variation understated by an eighth
-    /// kept a 40 ms one to 15 % of its path); an overstated one lets the lane keep
-    /// a little more queued.
+    /// round trip (in the lane's path simulator, a variation understated by an
+    /// eighth kept a 40 ms one to 15 % of its path; in the testbed, one learned from
+    /// the first six or eight as half of it kept the lane at half its path for a
+    /// whole download, since a loaded lane sends no lone packets to correct it); an
+    /// overstated one lets the lane keep a little more queued.
     fn measure(&self) -> Duration {
         if self.count < MIN_SAMPLES {
             return Duration::ZERO;
@@ -116,7 +127,8 @@ impl VariationEstimate {
         if excess < NOISE {
             return Duration::ZERO;
         }
-        excess * 5 / 4
+        let count = self.count as u32;
+        excess * (count + SMALL_SAMPLE_MARGIN).max(count * 5 / 4) / count
     }
 }
 
@@ -153,6 +165,16 @@ mod tests {
             (ms(17)..=ms(25)).contains(&spread),
             "a variation of 20 ms each way, learned as {spread:?}"
         );
+    }
+
+    #[test]
+    fn a_span_from_few_lone_round_trips_is_taken_with_a_wider_margin() {
+        // Six round trips spanning 10 ms to their 75th percentile (the fifth).
+        let few = learn(&[60, 70, 65, 72, 68, 62]).spread();
+        assert_eq!(few, ms(20), "twice the span");
+        // The same span over a full ring: a quarter larger.
+        let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 5 % 14)).collect();
+        assert_eq!(learn(&rtts).spread(), ms(10) * 5 / 4);
     }
 
     #[test]
