@@ -9,6 +9,13 @@
 //! variation meets none before it: its round trip is a fresh draw of the path's own
 //! delay. A loaded lane sends no such packets, so what was learned while it idled
 //! holds while it is loaded, which is when the delay cap needs it.
+//!
+//! Lone round trips also rise and fall with someone else's queue at the uplink (a
+//! download beside braid's lanes): that is no variation of the path, and taken for
+//! one it lets the lane keep a queue of that size once the cross traffic is gone.
+//! The two differ in how fast they change: the path's delay is a fresh draw for each
+//! lone packet, while a queue builds and drains over many round trips, so from one
+//! keep-alive to the next it hardly moves (see [`SLOW_CHANGE`]).
 
 use std::time::Duration;
 
@@ -39,6 +46,13 @@ const SMALL_SAMPLE_MARGIN: u32 = 6;
 /// and the hosts' scheduling, which on a busy two-core gateway spread the idle
 /// lanes' lone round trips over steady paths by up to 10 ms at the 75th percentile.
 const NOISE: Duration = Duration::from_millis(10);
+
+/// Lone round trips whose median change from one to the next is below this share
+/// of their span (an eighth) rose and fell with a queue, not with the path: of
+/// spans drawn afresh for each round trip, the median change falls below an eighth
+/// of the span once in 100 to 1,000 (with 6 to 32 of them), while a queue that
+/// builds over two seconds or more, sampled every 100 ms, stays under a tenth.
+const SLOW_CHANGE: (u32, u32) = (1, 8);
 
 /// The variation learned from lone packets' round trips.
 #[derive(Debug, Clone)]
@@ -124,11 +138,26 @@ impl VariationEstimate {
         sorted.sort_unstable();
         let (num, den) = PERCENTILE;
         let excess = sorted[(self.count * num).div_ceil(den) - 1] - sorted[0];
-        if excess < NOISE {
+        if excess < NOISE || self.changes_slowly(excess) {
             return Duration::ZERO;
         }
         let count = self.count as u32;
         excess * (count + SMALL_SAMPLE_MARGIN).max(count * 5 / 4) / count
+    }
+
+    /// True if the lone round trips' median change from one to the next (in the
+    /// order they came) is under [`SLOW_CHANGE`] of `span`.
+    fn changes_slowly(&self, span: Duration) -> bool {
+        let oldest = (self.next + SAMPLES - self.count) % SAMPLES;
+        let at = |i: usize| self.samples[(oldest + i) % SAMPLES];
+        let mut changes = [Duration::ZERO; SAMPLES];
+        let changes = &mut changes[..self.count - 1];
+        for (i, change) in changes.iter_mut().enumerate() {
+            *change = at(i + 1).abs_diff(at(i));
+        }
+        changes.sort_unstable();
+        let (num, den) = SLOW_CHANGE;
+        changes[changes.len() / 2] * den < span * num
     }
 }
 
@@ -159,12 +188,18 @@ mod tests {
     fn lone_round_trips_spread_over_twice_the_variation_measure_it() {
         // 60 ms apart from the variation; each way 0..20 ms: round trips 60..100,
         // the sum of two draws.
-        let rtts: Vec<u64> = (0..32).map(|i| 60 + i * 7 % 21 + i * 13 % 21).collect();
-        let spread = learn(&rtts).spread();
-        assert!(
-            (ms(17)..=ms(25)).contains(&spread),
-            "a variation of 20 ms each way, learned as {spread:?}"
-        );
+        let mut learned: Vec<Duration> = (1..=9)
+            .map(|seed| {
+                let mut rng = crate::core::sched::sim::Rng(seed);
+                let rtts: Vec<u64> = (0..32).map(|_| 60 + rng.next(21) + rng.next(21)).collect();
+                learn(&rtts).spread()
+            })
+            .collect();
+        learned.sort();
+        // The span, about the variation give or take a fifth, a quarter larger.
+        let context = format!("a variation of 20 ms each way, learned as {learned:?}");
+        assert!(learned[0] >= ms(16) && learned[8] <= ms(36), "{context}");
+        assert!((ms(20)..=ms(30)).contains(&learned[4]), "{context}");
     }
 
     #[test]
@@ -175,6 +210,17 @@ mod tests {
         // The same span over a full ring: a quarter larger.
         let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 5 % 14)).collect();
         assert_eq!(learn(&rtts).spread(), ms(10) * 5 / 4);
+    }
+
+    #[test]
+    fn a_queue_that_builds_and_drains_over_seconds_is_no_variation() {
+        // Someone else's download beside an idle lane: its queue grows by 2 ms
+        // every 100 ms keep-alive for two seconds, then drains by half at once.
+        let rtts: Vec<u64> = (0..32).map(|i| 60 + 20 + (i % 20) * 2).collect();
+        assert_eq!(learn(&rtts).spread(), Duration::ZERO);
+        // The same round trips in an order drawn afresh are a variation.
+        let shuffled: Vec<u64> = (0..32).map(|i| rtts[i * 13 % 32]).collect();
+        assert!(learn(&shuffled).spread() > ms(20));
     }
 
     #[test]
