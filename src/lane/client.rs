@@ -22,7 +22,7 @@ use crate::cert::TlsMaterial;
 use crate::clock::Clock;
 use crate::config::{EntryConfig, ExitPeer, UplinkConfig};
 use crate::control::metrics::Metrics;
-use crate::core::engine::QUIET_KEEP_ALIVE;
+use crate::core::engine::Role;
 use crate::core::lane::Colour;
 use crate::core::redial::Redial;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN, PROTOCOL_VERSION};
@@ -664,7 +664,7 @@ pub fn quic_config(
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .context("TLS configuration unusable for QUIC")?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    let transport = transport_config(v6_path, uplink, Some(QUIET_KEEP_ALIVE));
+    let transport = transport_config(v6_path, uplink, Role::Entry);
     config.transport_config(Arc::new(transport));
     Ok(config)
 }

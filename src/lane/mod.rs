@@ -21,7 +21,7 @@ use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{UDP_PAYLOAD_V4, UDP_PAYLOAD_V6};
-use crate::core::engine::{PEER_ACK_DELAY, UplinkPolicy};
+use crate::core::engine::{PEER_ACK_DELAY, QUIET_KEEP_ALIVE, Role, UplinkPolicy};
 use crate::core::lane::Colour;
 use crate::core::stats::DropReason;
 use crate::core::wire::MAX_MESSAGE_LEN;
@@ -74,16 +74,17 @@ pub enum LaneEvent {
 /// detection would otherwise fall back to 1200 bytes under heavy loss and refuse
 /// full-size datagrams for a minute (docs/architecture.md). `uplink` is what the configuration
 /// says of the lane's uplink: the rate its congestion window starts at once known, and
-/// the delay variation its delay cap allows. `keep_alive` is QUIC's own keep-alive:
-/// the entry's lanes send one every
-/// [`QUIET_KEEP_ALIVE`](crate::core::engine::QUIET_KEEP_ALIVE) (what keeps a quiet site's
+/// the delay variation its delay cap allows. `role` is this end's: the entry's lanes
+/// send QUIC's own keep-alive every [`QUIET_KEEP_ALIVE`] (what keeps a quiet site's
 /// lanes open; an active site's lanes send braid's, more often), the exit's none
-/// (`core/engine/quiet.rs`).
+/// (`core/engine/quiet.rs`); and the entry asks the exit to acknowledge each of its
+/// packets at once (below).
 pub fn transport_config(
     v6_path: bool,
     uplink: Arc<cc::KnownUplink>,
-    keep_alive: Option<Duration>,
+    role: Role,
 ) -> quinn::TransportConfig {
+    let keep_alive = (role == Role::Entry).then_some(QUIET_KEEP_ALIVE);
     let udp_payload = if v6_path {
         UDP_PAYLOAD_V6
     } else {
@@ -118,7 +119,7 @@ pub fn transport_config(
     // packet, measured the same goodput and CPU per GB (the same page).
     let mut acks = quinn::AckFrequencyConfig::default();
     acks.max_ack_delay(Some(PEER_ACK_DELAY));
-    if keep_alive.is_some() {
+    if role == Role::Entry {
         acks.ack_eliciting_threshold(0u8.into());
     }
     t.ack_frequency_config(Some(acks));

@@ -24,7 +24,7 @@ use super::{
 use crate::cert::{TlsMaterial, certificate_name};
 use crate::clock::Clock;
 use crate::core::cutoff::QualityLimits;
-use crate::core::engine::UplinkPolicy;
+use crate::core::engine::{Role, UplinkPolicy};
 use crate::core::handshake_limit::{HANDSHAKE_BURST, HANDSHAKES_PER_SECOND, HandshakeLimit};
 use crate::core::stats::DropReason;
 use crate::core::wire::{ALPN, Hello, HelloReply, MAX_MESSAGE_LEN};
@@ -60,7 +60,7 @@ impl Admission {
     /// uplink (`uplink`).
     pub fn quic_config(&self, v6_path: bool, uplink: Arc<KnownUplink>) -> quinn::ServerConfig {
         let mut config = self.config.clone();
-        config.transport_config(Arc::new(transport_config(v6_path, uplink, None)));
+        config.transport_config(Arc::new(transport_config(v6_path, uplink, Role::Exit)));
         config
     }
 }

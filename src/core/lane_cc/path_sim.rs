@@ -1,6 +1,7 @@
 //! One lane over one emulated uplink, packet by packet, for the lane window's tests:
-//! a sender that first idles for a while if asked (a keep-alive every 100 ms, each
-//! acknowledged after the peer's acknowledgement delay), then always has data and
+//! an exit's lane sending a download (the entry acknowledges a lone packet after its
+//! acknowledgement delay; the exit acknowledges the entry's at once). The sender
+//! first idles for a while if asked (a keep-alive every 100 ms), then always has data and
 //! sends whenever its [`LaneWindow`] has room, a
 //! delay line each way whose delay varies uniformly per packet without reordering
 //! (as `braid-linkemu --jitter-ms` and a modem's varying queue do), random loss

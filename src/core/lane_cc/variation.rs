@@ -38,7 +38,7 @@ const PERCENTILE: (usize, usize) = (3, 4);
 /// of them, by `(n + 6) / n`, and by at least a quarter. Of spans measured from
 /// round trips that are the sum of two uniform draws, one in ten falls below 0.43 of
 /// the variation with 6 of them, 0.6 with 12 and 0.86 with 32: so scaled, below 0.8
-/// to 1.0 with any number, and the median lies a quarter above the variation with
+/// to 1.1 with any number, and the median lies a quarter above the variation with
 /// 24 or more, a half with 6 to 10.
 const SMALL_SAMPLE_MARGIN: u32 = 6;
 /// Variation of the lone round trips below this is a steady path's own noise: the
@@ -49,9 +49,13 @@ const NOISE: Duration = Duration::from_millis(10);
 
 /// Lone round trips whose median change from one to the next is below this share
 /// of their span (an eighth) rose and fell with a queue, not with the path: of
-/// spans drawn afresh for each round trip, the median change falls below an eighth
-/// of the span once in 100 to 1,000 (with 6 to 32 of them), while a queue that
-/// builds over two seconds or more, sampled every 100 ms, stays under a tenth.
+/// round trips drawn afresh each time, the median change falls below an eighth of
+/// the span about once in 100 sets of 6, once in 500 of 12 and less than once in
+/// 10,000 of 24 or more, while a queue that builds over two seconds or more,
+/// sampled every 100 ms (an active site's keep-alives), stays under a tenth. Two
+/// limits: an uplink whose own delay drifts slower than the keep-alives come
+/// learns no variation (declare it, `delay_variation_ms`), and a quiet site's
+/// lanes, sampled once a second, may take a queue for a variation.
 const SLOW_CHANGE: (u32, u32) = (1, 8);
 
 /// The variation learned from lone packets' round trips.
@@ -114,14 +118,14 @@ impl VariationEstimate {
 
     /// The one-way delay's variation each way (lowest to highest) that the lone
     /// round trips show, or zero where they show only a steady path's noise. Measured
-    /// among the lone round trips themselves, not above the lane's lowest: each of
-    /// them waited for the peer's acknowledgement delay, which a loaded lane's
-    /// acknowledgements do not. A lone packet's round trip is the sum of two draws,
+    /// among the lone round trips themselves, not above the lane's lowest: the
+    /// exit's lone packets wait for the entry's acknowledgement delay, which a
+    /// loaded lane's acknowledgements do not. A lone packet's round trip is the sum of two draws,
     /// one each way: the sum of two uniform spreads of `s` has 75 % of its draws
     /// within about 1.3 `s` of its lowest, and the lowest of a few dozen draws sits
     /// about 0.3 `s` above that, so their span is about `s`, give or take a fifth,
-    /// with a few dozen of them; with a few, it spreads from half of `s` to one and
-    /// a half. Taken larger by [`SMALL_SAMPLE_MARGIN`] lone round trips' worth (at
+    /// with a few dozen of them; with six, from under half of `s` to a little more
+    /// than `s` (the tenth to the ninetieth percentile). Taken larger by [`SMALL_SAMPLE_MARGIN`] lone round trips' worth (at
     /// least a quarter larger): an understated variation leaves a loaded lane's
     /// round trips above the delay cap's allowance, which then cuts the lane every
     /// round trip (in the lane's path simulator, a variation understated by an
@@ -142,7 +146,7 @@ impl VariationEstimate {
             return Duration::ZERO;
         }
         let count = self.count as u32;
-        excess * (count + SMALL_SAMPLE_MARGIN).max(count * 5 / 4) / count
+        (excess * (count + SMALL_SAMPLE_MARGIN) / count).max(excess * 5 / 4)
     }
 
     /// True if the lone round trips' median change from one to the next (in the
@@ -207,15 +211,29 @@ mod tests {
         // Six round trips spanning 10 ms to their 75th percentile (the fifth).
         let few = learn(&[60, 70, 65, 72, 68, 62]).spread();
         assert_eq!(few, ms(20), "twice the span");
-        // The same span over a full ring: a quarter larger.
+        // The same span over a full ring: a quarter larger, and over 27 (where
+        // six round trips' worth is less than a quarter) a quarter too.
         let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 5 % 14)).collect();
         assert_eq!(learn(&rtts).spread(), ms(10) * 5 / 4);
+        let rtts: Vec<u64> = (0..27).map(|i| 60 + (i * 5 % 14)).collect();
+        let spread = learn(&rtts).spread();
+        let sorted = {
+            let mut v = rtts.clone();
+            v.sort();
+            v
+        };
+        assert_eq!(spread, ms(sorted[20] - sorted[0]) * 5 / 4);
+        // Twelve: half again.
+        let rtts: Vec<u64> = (0..12).map(|i| 60 + (i * 5 % 14)).collect();
+        let mut sorted = rtts.clone();
+        sorted.sort();
+        assert_eq!(learn(&rtts).spread(), ms(sorted[8] - sorted[0]) * 18 / 12);
     }
 
     #[test]
     fn a_queue_that_builds_and_drains_over_seconds_is_no_variation() {
         // Someone else's download beside an idle lane: its queue grows by 2 ms
-        // every 100 ms keep-alive for two seconds, then drains by half at once.
+        // every 100 ms keep-alive for two seconds, then drains at once.
         let rtts: Vec<u64> = (0..32).map(|i| 60 + 20 + (i % 20) * 2).collect();
         assert_eq!(learn(&rtts).spread(), Duration::ZERO);
         // The same round trips in an order drawn afresh are a variation.
