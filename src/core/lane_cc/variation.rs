@@ -120,13 +120,14 @@ impl VariationEstimate {
     /// round trips show, or zero where they show only a steady path's noise. Measured
     /// among the lone round trips themselves, not above the lane's lowest: the
     /// exit's lone packets wait for the entry's acknowledgement delay, which a
-    /// loaded lane's acknowledgements do not. A lone packet's round trip is the sum of two draws,
-    /// one each way: the sum of two uniform spreads of `s` has 75 % of its draws
-    /// within about 1.3 `s` of its lowest, and the lowest of a few dozen draws sits
-    /// about 0.3 `s` above that, so their span is about `s`, give or take a fifth,
-    /// with a few dozen of them; with six, from under half of `s` to a little more
-    /// than `s` (the tenth to the ninetieth percentile). Taken larger by [`SMALL_SAMPLE_MARGIN`] lone round trips' worth (at
-    /// least a quarter larger): an understated variation leaves a loaded lane's
+    /// loaded lane's acknowledgements do not. A lone packet's round trip is the sum
+    /// of two draws, one each way: the sum of two uniform spreads of `s` has 75 % of
+    /// its draws within about 1.3 `s` of its lowest, and the lowest of a few dozen
+    /// draws sits about 0.3 `s` above that, so their span is about `s`, give or take
+    /// a fifth, with a few dozen of them; with six, from under half of `s` to a
+    /// little more than `s` (the tenth to the ninetieth percentile). Taken larger by
+    /// [`SMALL_SAMPLE_MARGIN`] lone round trips' worth (at least a quarter larger):
+    /// an understated variation leaves a loaded lane's
     /// round trips above the delay cap's allowance, which then cuts the lane every
     /// round trip (in the lane's path simulator, a variation understated by an
     /// eighth kept a 40 ms one to 15 % of its path; in the testbed, one learned from
@@ -211,23 +212,12 @@ mod tests {
         // Six round trips spanning 10 ms to their 75th percentile (the fifth).
         let few = learn(&[60, 70, 65, 72, 68, 62]).spread();
         assert_eq!(few, ms(20), "twice the span");
-        // The same span over a full ring: a quarter larger, and over 27 (where
-        // six round trips' worth is less than a quarter) a quarter too.
-        let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 5 % 14)).collect();
-        assert_eq!(learn(&rtts).spread(), ms(10) * 5 / 4);
-        let rtts: Vec<u64> = (0..27).map(|i| 60 + (i * 5 % 14)).collect();
-        let spread = learn(&rtts).spread();
-        let sorted = {
-            let mut v = rtts.clone();
-            v.sort();
-            v
-        };
-        assert_eq!(spread, ms(sorted[20] - sorted[0]) * 5 / 4);
-        // Twelve: half again.
-        let rtts: Vec<u64> = (0..12).map(|i| 60 + (i * 5 % 14)).collect();
-        let mut sorted = rtts.clone();
-        sorted.sort();
-        assert_eq!(learn(&rtts).spread(), ms(sorted[8] - sorted[0]) * 18 / 12);
+        // The same span of 10 ms over twelve: half again; over a full ring, and
+        // over 27 (where six round trips' worth is less), a quarter.
+        let spanning_10_ms = |n: u64| -> Vec<u64> { (0..n).map(|i| 60 + (i * 5 % 14)).collect() };
+        assert_eq!(learn(&spanning_10_ms(12)).spread(), ms(15));
+        assert_eq!(learn(&spanning_10_ms(27)).spread(), ms(10) * 5 / 4);
+        assert_eq!(learn(&spanning_10_ms(32)).spread(), ms(10) * 5 / 4);
     }
 
     #[test]
