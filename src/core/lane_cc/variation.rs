@@ -24,7 +24,13 @@ use crate::core::time::Instant;
 /// A packet sent this long after the lane's previous one is a lone packet: longer
 /// than any variation braid bonds over (`LaneWindow`'s allowance covers a variation
 /// of up to twice this), shorter than the keep-alive an idle lane sends every 100 ms.
-const LONE_AFTER: Duration = Duration::from_millis(50);
+pub const LONE_AFTER: Duration = Duration::from_millis(50);
+/// Lone packets whose acknowledgements may be awaited at once: a new lane's
+/// keep-alives go every [`LONE_AFTER`] (`engine/quiet.rs`), so over a path whose round
+/// trip is longer than that the next is sent before the last one is acknowledged;
+/// with only the latest awaited, a lane over a round trip of 60 to 100 ms learned
+/// nothing from them. Four cover round trips of up to 200 ms.
+const AWAITED: usize = 4;
 /// Lone round trips remembered: three seconds of an idle lane's keep-alives.
 const SAMPLES: usize = 32;
 /// Lone round trips needed before any variation is taken as the uplink's: an idle
@@ -63,8 +69,10 @@ const SLOW_CHANGE: (u32, u32) = (1, 8);
 pub struct VariationEstimate {
     /// When the lane last sent a packet.
     last_sent: Option<Instant>,
-    /// When the lone packet whose acknowledgement is awaited was sent.
-    lone_sent: Option<Instant>,
+    /// When the lone packets whose acknowledgements are awaited were sent, a ring of
+    /// the latest.
+    lone_sent: [Option<Instant>; AWAITED],
+    next_lone: usize,
     /// The lone packets' round trips, a ring of the latest.
     samples: [Duration; SAMPLES],
     count: usize,
@@ -77,7 +85,8 @@ impl Default for VariationEstimate {
     fn default() -> Self {
         VariationEstimate {
             last_sent: None,
-            lone_sent: None,
+            lone_sent: [None; AWAITED],
+            next_lone: 0,
             samples: [Duration::ZERO; SAMPLES],
             count: 0,
             next: 0,
@@ -93,17 +102,18 @@ impl VariationEstimate {
             .last_sent
             .is_none_or(|last| now.saturating_since(last) >= LONE_AFTER)
         {
-            self.lone_sent = Some(now);
+            self.lone_sent[self.next_lone] = Some(now);
+            self.next_lone = (self.next_lone + 1) % AWAITED;
         }
         self.last_sent = Some(now);
     }
 
     /// A packet sent at `sent` was acknowledged at `now`.
     pub fn on_ack(&mut self, now: Instant, sent: Instant) {
-        if self.lone_sent != Some(sent) {
+        let Some(awaited) = self.lone_sent.iter_mut().find(|s| **s == Some(sent)) else {
             return;
-        }
-        self.lone_sent = None;
+        };
+        *awaited = None;
         self.samples[self.next] = now.saturating_since(sent);
         self.next = (self.next + 1) % SAMPLES;
         self.count = (self.count + 1).min(SAMPLES);
@@ -258,6 +268,32 @@ mod tests {
             v.on_ack(sent + ms(100), sent);
         }
         assert_eq!(v.count, 1, "only the first packet was lone");
+    }
+
+    #[test]
+    fn lone_packets_sent_before_the_last_is_acknowledged_are_measured() {
+        // Every 50 ms over round trips of 60 to 100 ms: each acknowledgement comes
+        // after the next lone packet, or the one after it, was sent.
+        let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 37 % 41)).collect();
+        let mut v = VariationEstimate::default();
+        let mut acks: Vec<(Instant, Instant)> = vec![];
+        for (i, rtt) in rtts.iter().enumerate() {
+            let sent = at(50 * i as u64);
+            // The acknowledgements due by now come first, in order.
+            acks.sort();
+            for &(acked, of) in acks.iter().filter(|(acked, _)| *acked <= sent) {
+                v.on_ack(acked, of);
+            }
+            acks.retain(|(acked, _)| *acked > sent);
+            v.on_sent(sent);
+            acks.push((sent + ms(*rtt), sent));
+        }
+        acks.sort();
+        for &(acked, of) in &acks {
+            v.on_ack(acked, of);
+        }
+        assert_eq!(v.count, 32);
+        assert!(v.spread() > ms(20), "{:?}", v.spread());
     }
 
     #[test]
