@@ -125,7 +125,8 @@ impl DataPath {
     }
 
     /// Sends a keep-alive on each lane of an active site that sent nothing for
-    /// [`KEEP_ALIVE`] ([`LONE_AFTER`] in the lane's first [`LEARNING`]); looks again in [`KEEP_ALIVE_SCAN`] while a site is active.
+    /// [`KEEP_ALIVE`] ([`LONE_AFTER`] in the lane's first [`LEARNING`]); looks again
+    /// in [`KEEP_ALIVE_SCAN`] while a site is active.
     pub(super) fn send_keep_alives(&mut self, now: Instant) {
         self.timers.set(Timer::KeepAlive, None);
         let mut active = false;

@@ -23,7 +23,8 @@ use crate::core::time::Instant;
 
 /// A packet sent this long after the lane's previous one is a lone packet: longer
 /// than any variation braid bonds over (`LaneWindow`'s allowance covers a variation
-/// of up to twice this), shorter than the keep-alive an idle lane sends every 100 ms.
+/// of up to twice this), and no longer than the gap between an idle lane's
+/// keep-alives (100 ms; this in the lane's first second, `engine/quiet.rs`).
 pub const LONE_AFTER: Duration = Duration::from_millis(50);
 /// Lone packets whose acknowledgements may be awaited at once: a new lane's
 /// keep-alives go every [`LONE_AFTER`] (`engine/quiet.rs`), so over a path whose round
