@@ -109,9 +109,6 @@ pub(super) struct Lane {
     /// last of them was (`quiet.rs`).
     pub keep_alive_seen: u64,
     pub sent_at: Instant,
-    /// When its connection came up: its keep-alives go out faster in its first
-    /// [`super::quiet::LEARNING`] (`quiet.rs`).
-    pub came_up_at: Instant,
 }
 
 impl Lane {
@@ -164,7 +161,6 @@ impl Lane {
             listed_busy: false,
             keep_alive_seen: 0,
             sent_at: now,
-            came_up_at: now,
         }
     }
 

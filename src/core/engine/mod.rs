@@ -83,9 +83,7 @@ pub use counters::{GreenDrops, LaneCounters, LaneReport, LaneState, ShaperReport
 pub use liveness::{
     KEEP_ALIVE, LANE_STALL, LaneService, PEER_ACK_DELAY, PROBE_INTERVAL, answer_timeout,
 };
-pub use quiet::{
-    QUIET_AFTER, QUIET_KEEP_ALIVE, QUIET_SAMPLE_INTERVAL, QUIET_STALL, keep_alive_after,
-};
+pub use quiet::{QUIET_AFTER, QUIET_KEEP_ALIVE, QUIET_SAMPLE_INTERVAL, QUIET_STALL};
 pub use repair::{RESEND_MAX_BYTES, RESEND_WINDOW};
 pub use standby::{UplinkDemand, UplinkPolicy, UplinkTier};
 
@@ -496,10 +494,8 @@ impl DataPath {
             Timer::IdleSample,
             Some(now.saturating_add(IDLE_SAMPLE_INTERVAL)),
         );
-        self.timers.earliest(
-            Timer::KeepAlive,
-            Some(now.saturating_add(keep_alive_after(Duration::ZERO))),
-        );
+        self.timers
+            .earliest(Timer::KeepAlive, Some(now.saturating_add(KEEP_ALIVE)));
         Some(id)
     }
 

@@ -25,7 +25,6 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::core::lane::LaneId;
-use crate::core::lane_cc::LONE_AFTER;
 use crate::core::site::SiteIdx;
 use crate::core::time::Instant;
 use crate::core::wire::PROBE;
@@ -50,15 +49,6 @@ pub const QUIET_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often an active site's lanes are looked at for a keep-alive: each goes out
 /// between [`KEEP_ALIVE`] and this much later after the lane last sent.
 const KEEP_ALIVE_SCAN: Duration = Duration::from_millis(25);
-/// A lane's first second: its keep-alives go out as often as they still count as
-/// lone packets ([`LONE_AFTER`]), not every [`KEEP_ALIVE`], so that the six lone
-/// round trips that tell how much its uplink's delay varies
-/// (`core/lane_cc/variation.rs`) are in within about 0.4 s, not 0.7. Until then the
-/// delay cap takes the variation for a queue and cuts the lane to a few packets,
-/// and a download that comes meanwhile loses packets in the other lanes' queues
-/// and grows back at CUBIC's pace for seconds, the varying uplink carrying little
-/// of it (docs/design/lane-congestion-control.md).
-pub const LEARNING: Duration = Duration::from_secs(1);
 
 impl Site {
     /// An entry's site starts active, as if a packet had crossed as it started: the
@@ -102,16 +92,6 @@ impl Site {
     }
 }
 
-/// How long a lane of an active site, its connection up for `age`, may send nothing
-/// before it sends a keep-alive.
-pub fn keep_alive_after(age: Duration) -> Duration {
-    if age < LEARNING {
-        LONE_AFTER
-    } else {
-        KEEP_ALIVE
-    }
-}
-
 impl DataPath {
     /// A packet of site `site_idx` crossed at `now`: the site is active, and a quiet
     /// one's lanes start sending keep-alives.
@@ -125,8 +105,7 @@ impl DataPath {
     }
 
     /// Sends a keep-alive on each lane of an active site that sent nothing for
-    /// [`KEEP_ALIVE`] ([`LONE_AFTER`] in the lane's first [`LEARNING`]); looks again
-    /// in [`KEEP_ALIVE_SCAN`] while a site is active.
+    /// [`KEEP_ALIVE`]; looks again in [`KEEP_ALIVE_SCAN`] while a site is active.
     pub(super) fn send_keep_alives(&mut self, now: Instant) {
         self.timers.set(Timer::KeepAlive, None);
         let mut active = false;
@@ -138,9 +117,7 @@ impl DataPath {
             active = true;
             if l.handed_datagrams != l.keep_alive_seen {
                 (l.keep_alive_seen, l.sent_at) = (l.handed_datagrams, now);
-            } else if now.saturating_since(l.sent_at)
-                >= keep_alive_after(now.saturating_since(l.came_up_at))
-            {
+            } else if now.saturating_since(l.sent_at) >= KEEP_ALIVE {
                 let keep_alive = Bytes::from_static(&PROBE);
                 l.hand_unawaited(keep_alive.len() as u64);
                 (l.keep_alive_seen, l.sent_at) = (l.handed_datagrams, now);

@@ -82,7 +82,6 @@
 use std::time::Duration;
 
 use super::time::Instant;
-pub use variation::LONE_AFTER;
 use variation::VariationEstimate;
 
 mod variation;
@@ -1049,26 +1048,6 @@ mod tests {
             assert_eq!(out.variation, Duration::ZERO, "{context}");
             assert!(out.utilisation > 0.95, "{context}");
             assert!(out.mean_queue < queue_target(ms(2 * one_way)), "{context}");
-        }
-    }
-
-    #[test]
-    fn a_lane_loaded_half_a_second_after_it_came_up_has_learned_its_paths_variation() {
-        // A download half a second after the gateways came up (`bench_afmt.py`'s
-        // settle), over `vary10`'s uplink: a new lane's keep-alives, as often as they
-        // count as lone packets, measured the variation by then, and the cap lets the
-        // path fill. (Every 100 ms, the four lone round trips by then measured none.)
-        let start = path_sim::Start {
-            idle: ms(500),
-            ..path_sim::Start::default()
-        };
-        let mut path = path_sim::Path::steady(50, 20);
-        path.jitter = ms(20);
-        for seed in [7, 8] {
-            let out = path_sim::run_from(path, start, 10, seed);
-            let context = format!("seed {seed}: {out:?}");
-            assert!(out.variation_when_loaded > ms(20) * 8 / 10, "{context}");
-            assert!(out.utilisation > 0.85, "{context}");
         }
     }
 

@@ -1,8 +1,7 @@
 //! One lane over one emulated uplink, packet by packet, for the lane window's tests:
 //! an exit's lane sending a download (the entry acknowledges a lone packet after its
 //! acknowledgement delay; the exit acknowledges the entry's at once). The sender
-//! first idles for a while if asked (sending keep-alives as an active site's lane
-//! does, `engine/quiet.rs`), then always has data and
+//! first idles for a while if asked (a keep-alive every 100 ms), then always has data and
 //! sends whenever its [`LaneWindow`] has room, a
 //! delay line each way whose delay varies uniformly per packet without reordering
 //! (as `braid-linkemu --jitter-ms` and a modem's varying queue do), random loss
@@ -16,7 +15,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::LaneWindow;
-use crate::core::engine::{PEER_ACK_DELAY, keep_alive_after};
+use crate::core::engine::{KEEP_ALIVE, PEER_ACK_DELAY};
 use crate::core::sched::sim::Rng;
 use crate::core::time::Instant;
 
@@ -61,10 +60,8 @@ pub struct Outcome {
     /// Packets the bottleneck's buffer dropped in the first half: slow start's
     /// overshoot.
     pub start_overflows: u64,
-    /// The delay variation the lane judged its queue with at the end, and when its
-    /// data came (after the idle time).
+    /// The delay variation the lane judged its queue with at the end.
     pub variation: Duration,
-    pub variation_when_loaded: Duration,
 }
 
 /// How a run's lane knows its uplink: what its configuration declares, and how long
@@ -153,19 +150,15 @@ pub fn run_from(path: Path, start: Start, seconds: u64, seed: u64) -> Outcome {
     let mut now = Instant::ZERO;
     let mut largest_acked = None::<u64>;
     let mut next_send = Instant::ZERO;
-    let mut variation_when_loaded = None;
     while now < end {
-        if now >= loaded_at && variation_when_loaded.is_none() {
-            variation_when_loaded = Some(window.delay_variation());
-        }
         // Send while the window has room, paced as quinn paces: a window and a
-        // quarter per smoothed round trip; while idle, a keep-alive as the engine sends them.
+        // quarter per smoothed round trip; while idle, a keep-alive every 100 ms.
         while in_flight + MTU <= window.window() && next_send <= now {
             let rtt = srtt.unwrap_or(Duration::from_millis(100));
             let rate = u128::from(window.window()) * 5 / 4;
             let gap = rtt.as_nanos() * u128::from(MTU) / rate.max(1);
             next_send = if now < loaded_at {
-                (now + keep_alive_after(now.saturating_since(Instant::ZERO))).min(loaded_at)
+                (now + KEEP_ALIVE).min(loaded_at)
             } else {
                 now + Duration::from_nanos(gap as u64)
             };
@@ -282,6 +275,5 @@ pub fn run_from(path: Path, start: Start, seconds: u64, seed: u64) -> Outcome {
         overflows,
         start_overflows,
         variation: window.delay_variation(),
-        variation_when_loaded: variation_when_loaded.unwrap_or_default(),
     }
 }

@@ -23,14 +23,14 @@ use crate::core::time::Instant;
 
 /// A packet sent this long after the lane's previous one is a lone packet: longer
 /// than any variation braid bonds over (`LaneWindow`'s allowance covers a variation
-/// of up to twice this), and no longer than the gap between an idle lane's
-/// keep-alives (100 ms; this in the lane's first second, `engine/quiet.rs`).
-pub const LONE_AFTER: Duration = Duration::from_millis(50);
-/// Lone packets whose acknowledgements may be awaited at once: a new lane's
-/// keep-alives go every [`LONE_AFTER`] (`engine/quiet.rs`), so over a path whose round
-/// trip is longer than that the next is sent before the last one is acknowledged;
-/// with only the latest awaited, a lane over a round trip of 60 to 100 ms learned
-/// nothing from them. Four cover round trips of up to 200 ms.
+/// of up to twice this), shorter than the keep-alive an idle lane sends every 100 ms.
+const LONE_AFTER: Duration = Duration::from_millis(50);
+/// Lone packets whose acknowledgements may be awaited at once: over a path whose
+/// round trip is longer than the gap between lone packets (an idle lane's
+/// keep-alives, 100 ms apart; `vary20`'s uplink in the testbed goes up to 140 ms)
+/// the next is sent before the last one is acknowledged, and with only the latest
+/// awaited, the lane learned from none of those. Four cover round trips up to four
+/// gaps long.
 const AWAITED: usize = 4;
 /// Lone round trips remembered: three seconds of an idle lane's keep-alives.
 const SAMPLES: usize = 32;
@@ -273,8 +273,9 @@ mod tests {
 
     #[test]
     fn lone_packets_sent_before_the_last_is_acknowledged_are_measured() {
-        // Every 50 ms over round trips of 60 to 100 ms: each acknowledgement comes
-        // after the next lone packet, or the one after it, was sent.
+        // Every 50 ms (the least gap that makes them lone) over round trips of 60 to
+        // 100 ms: each acknowledgement comes after the next lone packet, or the one
+        // after it, was sent.
         let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 37 % 41)).collect();
         let mut v = VariationEstimate::default();
         let mut acks: Vec<(Instant, Instant)> = vec![];

@@ -11,7 +11,7 @@ use crate::core::sched::Algorithm;
 use crate::core::shaper::{AbeScheduler, AbeSettings};
 use crate::core::stats::DropReason;
 use crate::core::time::Instant;
-use crate::core::wire::{DATAGRAM_HEADER_LEN, is_probe};
+use crate::core::wire::DATAGRAM_HEADER_LEN;
 
 use super::harness::*;
 
@@ -68,9 +68,6 @@ fn shaped_uplink(scheduler: AbeScheduler) -> (Vec<Duration>, u64) {
             e.handle_timeout(now);
         }
         for t in transmits(&mut e) {
-            if is_probe(&t.datagram) {
-                continue;
-            }
             if t.lane == green {
                 let port = &t.datagram[DATAGRAM_HEADER_LEN + 20..][..2];
                 let sent = Instant::from_nanos(
