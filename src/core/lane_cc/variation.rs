@@ -25,13 +25,6 @@ use crate::core::time::Instant;
 /// than any variation braid bonds over (`LaneWindow`'s allowance covers a variation
 /// of up to twice this), shorter than the keep-alive an idle lane sends every 100 ms.
 const LONE_AFTER: Duration = Duration::from_millis(50);
-/// Lone packets whose acknowledgements may be awaited at once: over a path whose
-/// round trip is longer than the gap between lone packets (an idle lane's
-/// keep-alives, 100 ms apart; `vary20`'s uplink in the testbed goes up to 140 ms)
-/// the next is sent before the last one is acknowledged, and with only the latest
-/// awaited, the lane learned from none of those. Four cover round trips up to four
-/// gaps long.
-const AWAITED: usize = 4;
 /// Lone round trips remembered: three seconds of an idle lane's keep-alives.
 const SAMPLES: usize = 32;
 /// Lone round trips needed before any variation is taken as the uplink's: an idle
@@ -70,10 +63,8 @@ const SLOW_CHANGE: (u32, u32) = (1, 8);
 pub struct VariationEstimate {
     /// When the lane last sent a packet.
     last_sent: Option<Instant>,
-    /// When the lone packets whose acknowledgements are awaited were sent, a ring of
-    /// the latest.
-    lone_sent: [Option<Instant>; AWAITED],
-    next_lone: usize,
+    /// When the lone packet whose acknowledgement is awaited was sent.
+    lone_sent: Option<Instant>,
     /// The lone packets' round trips, a ring of the latest.
     samples: [Duration; SAMPLES],
     count: usize,
@@ -86,8 +77,7 @@ impl Default for VariationEstimate {
     fn default() -> Self {
         VariationEstimate {
             last_sent: None,
-            lone_sent: [None; AWAITED],
-            next_lone: 0,
+            lone_sent: None,
             samples: [Duration::ZERO; SAMPLES],
             count: 0,
             next: 0,
@@ -103,18 +93,17 @@ impl VariationEstimate {
             .last_sent
             .is_none_or(|last| now.saturating_since(last) >= LONE_AFTER)
         {
-            self.lone_sent[self.next_lone] = Some(now);
-            self.next_lone = (self.next_lone + 1) % AWAITED;
+            self.lone_sent = Some(now);
         }
         self.last_sent = Some(now);
     }
 
     /// A packet sent at `sent` was acknowledged at `now`.
     pub fn on_ack(&mut self, now: Instant, sent: Instant) {
-        let Some(awaited) = self.lone_sent.iter_mut().find(|s| **s == Some(sent)) else {
+        if self.lone_sent != Some(sent) {
             return;
-        };
-        *awaited = None;
+        }
+        self.lone_sent = None;
         self.samples[self.next] = now.saturating_since(sent);
         self.next = (self.next + 1) % SAMPLES;
         self.count = (self.count + 1).min(SAMPLES);
@@ -269,33 +258,6 @@ mod tests {
             v.on_ack(sent + ms(100), sent);
         }
         assert_eq!(v.count, 1, "only the first packet was lone");
-    }
-
-    #[test]
-    fn lone_packets_sent_before_the_last_is_acknowledged_are_measured() {
-        // Every 50 ms (the least gap that makes them lone) over round trips of 60 to
-        // 100 ms: each acknowledgement comes after the next lone packet, or the one
-        // after it, was sent.
-        let rtts: Vec<u64> = (0..32).map(|i| 60 + (i * 37 % 41)).collect();
-        let mut v = VariationEstimate::default();
-        let mut acks: Vec<(Instant, Instant)> = vec![];
-        for (i, rtt) in rtts.iter().enumerate() {
-            let sent = at(50 * i as u64);
-            // The acknowledgements due by now come first, in order.
-            acks.sort();
-            for &(acked, of) in acks.iter().filter(|(acked, _)| *acked <= sent) {
-                v.on_ack(acked, of);
-            }
-            acks.retain(|(acked, _)| *acked > sent);
-            v.on_sent(sent);
-            acks.push((sent + ms(*rtt), sent));
-        }
-        acks.sort();
-        for &(acked, of) in &acks {
-            v.on_ack(acked, of);
-        }
-        assert_eq!(v.count, 32);
-        assert!(v.spread() > ms(20), "{:?}", v.spread());
     }
 
     #[test]
